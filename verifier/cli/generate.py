@@ -1,0 +1,50 @@
+"""`hero generate`: watermarked continuation of a prompt, as JSON {text, payload, key_version}."""
+
+from __future__ import annotations
+
+import argparse
+
+from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
+from verifier.engine.payload import encode_payload, parse_field_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate watermarked text with a local model")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE", help="payload field (repeat)")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    add_profile_arg(p)
+    p.set_defaults(handler=cmd_generate)
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    profile = resolve_profile(args.profile)
+    payload = parse_field_args(profile, args.field)
+    encode_payload(profile, payload)  # validate before the slow model load
+    if not args.prompt.strip():
+        raise ValueError("--prompt is empty")
+    if not 1 <= args.max_new_tokens <= 4096:
+        raise ValueError("--max-new-tokens must be in 1..4096")
+    keyset = open_store().active_keyset(profile)
+    from verifier.engine.generation import generate_watermarked
+    from verifier.engine.models import load_model
+
+    model, tokenizer = load_model(args.model)
+    (gen,) = generate_watermarked(
+        model,
+        tokenizer,
+        [args.prompt],
+        [payload],
+        profile,
+        keyset,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+    )
+    emit({"text": gen.text, "payload": payload, "key_version": keyset.tables[0].version,
+          "key_versions": {str(t.level): t.version for t in keyset.tables}})

@@ -1,0 +1,39 @@
+"""`hero keys ...`: create keys and list versions (metadata only, never key material)."""
+
+from __future__ import annotations
+
+import argparse
+
+from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    keys = sub.add_parser("keys", help="manage per-level watermark keys")
+    ks = keys.add_subparsers(dest="keys_command", required=True)
+    init = ks.add_parser("init", help="create keys for every level of a profile")
+    add_profile_arg(init)
+    init.set_defaults(handler=cmd_init)
+    ls = ks.add_parser("list", help="list key versions and their status")
+    add_profile_arg(ls)
+    ls.set_defaults(handler=cmd_list)
+    rot = ks.add_parser("rotate", help="new active version for a level; the old one becomes verify-only")
+    add_profile_arg(rot)
+    rot.add_argument("--level", type=int, required=True)
+    rot.set_defaults(handler=cmd_rotate)
+
+
+def cmd_init(args: argparse.Namespace) -> None:
+    profile = resolve_profile(args.profile)
+    versions = open_store().initialize(profile)
+    emit({"profile": profile.name, "versions": [v.to_dict() for v in versions]})
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    profile = resolve_profile(args.profile)
+    emit({"profile": profile.name, "versions": [v.to_dict() for v in open_store().versions(profile)]})
+
+
+def cmd_rotate(args: argparse.Namespace) -> None:
+    profile = resolve_profile(args.profile)
+    v = open_store().rotate(profile, args.level)  # type: ignore[attr-defined]
+    emit({"profile": profile.name, "version": v.to_dict()})

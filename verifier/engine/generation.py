@@ -1,0 +1,158 @@
+"""Watermarked generation through `transformers`: a LogitsProcessor that samples the token itself.
+
+HF applies its own temperature/top-k/top-p warpers *after* user processors, so this processor takes
+the warpers, applies them first, draws the token with the HeRo sampler and returns a one-hot score
+row (0 at the chosen id, -inf elsewhere). Any later warper leaves a one-hot row unchanged and HF's
+multinomial then returns exactly our token. Repeated h-gram contexts (inside the continuation) are
+sampled without watermark from the same warped distribution, as the decoder skips them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from gpu.sampler import HeroSampler
+from verifier.engine.keys import KeySet
+from verifier.engine.payload import encode_payload
+from verifier.engine.profile import Profile
+
+
+def make_warpers(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> LogitsProcessorList:
+    warpers = LogitsProcessorList()
+    if temperature <= 0:
+        raise ValueError("temperature must be > 0 (watermarking needs sampling)")
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p is not None and top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    return warpers
+
+
+class HeroLogitsProcessor(LogitsProcessor):
+    """Watermarks every row of a `model.generate(do_sample=True)` batch with its own payload.
+
+    input_ids [B, S] (left-padded prompts + generated tokens), scores [B, V] -> one-hot scores [B, V].
+    Create one processor per `generate` call: it remembers the prompt length and seen contexts.
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        keyset: KeySet,
+        payloads: Sequence[Mapping[str, int]],
+        warpers: LogitsProcessorList | None = None,
+        device: str | torch.device = "cpu",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if keyset.levels != profile.depth:
+            raise ValueError(f"generation needs all {profile.depth} levels' keys, got {keyset.levels}")
+        self.profile = profile
+        self.device = torch.device(device)
+        self.sampler = HeroSampler(
+            profile.schedule,
+            profile.segments,
+            [list(t.entries) for t in keyset.tables],
+            keyset.position,
+            self.device,
+        )
+        self.payload = torch.tensor([encode_payload(profile, p) for p in payloads], dtype=torch.int64, device=self.device)
+        self.warpers = warpers or LogitsProcessorList()
+        if generator is None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(secrets.randbits(63))
+        self.generator = generator
+        self.prompt_length: int | None = None
+        self.seen: list[set[tuple[int, ...]]] = [set() for _ in payloads]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        b, s = input_ids.shape
+        if b != self.payload.shape[0]:
+            raise ValueError(f"batch has {b} rows but {self.payload.shape[0]} payloads were given")
+        if scores.shape[-1] != self.profile.vocab_size:
+            raise ValueError(f"model vocabulary {scores.shape[-1]} != profile vocab_size {self.profile.vocab_size}")
+        if self.prompt_length is None:
+            self.prompt_length = s
+        h = self.profile.context_width
+        warped = self.warpers(input_ids, scores)
+        context = input_ids[:, -h:].to(self.device)
+        generated = s - self.prompt_length
+        mark = torch.ones(b, dtype=torch.bool)
+        if generated >= h:  # context lies inside the continuation: the decoder sees it too
+            for i, row in enumerate(context.tolist()):
+                key = tuple(row)
+                if key in self.seen[i]:
+                    mark[i] = False
+                else:
+                    self.seen[i].add(key)
+        tokens = self.sampler.sample(
+            warped.to(self.device), context, self.payload, mark.to(self.device), self.generator
+        )
+        out = torch.full_like(scores, float("-inf"))
+        out.scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
+        return out
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    prompt: str
+
+
+def generate_watermarked(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    payloads: Sequence[Mapping[str, int]],
+    profile: Profile,
+    keyset: KeySet,
+    *,
+    max_new_tokens: int = 200,
+    min_new_tokens: int = 0,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    watermark: bool = True,
+    generator: torch.Generator | None = None,
+) -> list[Generation]:
+    """Batched generation; returns the continuation only (what a verifier later receives)."""
+    device = next(model.parameters()).device
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    warpers = make_warpers(temperature, top_k, top_p)
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=min_new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if watermark:
+        proc = HeroLogitsProcessor(profile, keyset, payloads, warpers, device=device, generator=generator)
+        kwargs["logits_processor"] = LogitsProcessorList([proc])
+    else:
+        kwargs["logits_processor"] = warpers
+    with torch.no_grad():
+        out = model.generate(**enc, **kwargs)
+    prompt_len = enc["input_ids"].shape[1]
+    results = []
+    for i, p in enumerate(prompts):
+        ids = out[i, prompt_len:].tolist()
+        ids = [t for t in ids if t != tokenizer.pad_token_id or t == tokenizer.eos_token_id]
+        if tokenizer.eos_token_id in ids:
+            ids = ids[: ids.index(tokenizer.eos_token_id)]
+        results.append(Generation(tokenizer.decode(ids, skip_special_tokens=True), ids, p))
+    return results

@@ -1,0 +1,237 @@
+"""Watermark profile: vocabulary, context width, levels, chunk schedule and named payload fields.
+
+Profiles are data (YAML under `policies/profiles/`), validated here with messages a user can act on.
+Notation follows the paper: HeRo^L(b_1..b_L), K segments, chunk schedule K_1..K_{L-1}.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_FIRST_CHUNKS = 20
+DEFAULT_DEEPER_CHUNKS = 4
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+class ProfileError(ValueError):
+    """A profile (or a payload against it) is malformed; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    bits: int
+
+
+@dataclass(frozen=True)
+class Level:
+    bits: int
+    fields: tuple[Field, ...]
+    chunks: int | None = None  # K_l for routing levels; None for the last level
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    vocab_size: int
+    segments: int
+    levels: tuple[Level, ...]
+    context_width: int = 4
+    tokenizer: str = "smollm2"
+    spec_version: int = 1
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        """Chunk schedule (K_1, ..., K_{L-1})."""
+        return tuple(int(lv.chunks) for lv in self.levels[:-1])  # type: ignore[arg-type]
+
+    @property
+    def bits_per_level(self) -> tuple[int, ...]:
+        return tuple(lv.bits for lv in self.levels)
+
+    @property
+    def total_bits(self) -> int:
+        return self.segments * sum(self.bits_per_level)
+
+    def level_payload_bits(self, level: int) -> int:
+        """Payload bits carried by `level` (1-based): segments x b_l."""
+        return self.segments * self.levels[level - 1].bits
+
+    def field_level(self, name: str) -> int:
+        for i, lv in enumerate(self.levels, start=1):
+            if any(f.name == name for f in lv.fields):
+                return i
+        raise ProfileError(f"unknown field {name!r}; profile {self.name!r} has {self.field_names()}")
+
+    def field_names(self) -> list[str]:
+        return [f.name for lv in self.levels for f in lv.fields]
+
+    def label(self) -> str:
+        return f"HeRo{self.depth}({','.join(str(b) for b in self.bits_per_level)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "spec_version": self.spec_version,
+            "vocab_size": self.vocab_size,
+            "context_width": self.context_width,
+            "segments": self.segments,
+            "tokenizer": self.tokenizer,
+            "levels": [
+                {
+                    "bits": lv.bits,
+                    **({"chunks": lv.chunks} if lv.chunks is not None else {}),
+                    "fields": [{"name": f.name, "bits": f.bits} for f in lv.fields],
+                }
+                for lv in self.levels
+            ],
+        }
+
+
+def _int(d: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    v = d.get(key, default)
+    if v is None:
+        raise ProfileError(f"{where}: missing '{key}'")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProfileError(f"{where}: '{key}' must be an integer, got {v!r}")
+    return v
+
+
+def profile_from_dict(data: dict[str, Any]) -> Profile:
+    """Build and validate a profile; every rule that decoding relies on is checked here."""
+    if not isinstance(data, dict):
+        raise ProfileError("profile must be a mapping")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise ProfileError("profile: missing 'name'")
+    where = f"profile {name!r}"
+    spec_version = _int(data, "spec_version", where, 1)
+    if spec_version != 1:
+        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1)")
+    vocab = _int(data, "vocab_size", where)
+    h = _int(data, "context_width", where, 4)
+    segments = _int(data, "segments", where)
+    if vocab < 2:
+        raise ProfileError(f"{where}: vocab_size must be >= 2")
+    if not 1 <= h <= 16:
+        raise ProfileError(f"{where}: context_width must be in 1..16")
+    if not 1 <= segments <= 4096:
+        raise ProfileError(f"{where}: segments must be in 1..4096")
+    raw_levels = data.get("levels")
+    if not isinstance(raw_levels, list) or not raw_levels:
+        raise ProfileError(f"{where}: 'levels' must be a non-empty list")
+    levels: list[Level] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_levels, start=1):
+        lw = f"{where} level {i}"
+        if not isinstance(raw, dict):
+            raise ProfileError(f"{lw}: must be a mapping")
+        bits = _int(raw, "bits", lw)
+        if not 1 <= bits <= 8:
+            raise ProfileError(f"{lw}: bits must be in 1..8 (2^bits candidates are tried per segment)")
+        last = i == len(raw_levels)
+        chunks: int | None = None
+        if not last:
+            chunks = _int(raw, "chunks", lw, DEFAULT_FIRST_CHUNKS if i == 1 else DEFAULT_DEEPER_CHUNKS)
+            if chunks < 2:
+                raise ProfileError(f"{lw}: chunks must be >= 2")
+        elif "chunks" in raw:
+            raise ProfileError(f"{lw}: the last level samples inside its chunk and takes no 'chunks'")
+        raw_fields = raw.get("fields")
+        if raw_fields is None:
+            raw_fields = [{"name": f"level{i}", "bits": bits * segments}]
+        if not isinstance(raw_fields, list) or not raw_fields:
+            raise ProfileError(f"{lw}: 'fields' must be a non-empty list")
+        fields: list[Field] = []
+        for rf in raw_fields:
+            if not isinstance(rf, dict):
+                raise ProfileError(f"{lw}: each field must be a mapping with name and bits")
+            fname = rf.get("name")
+            if not isinstance(fname, str) or not _NAME_RE.match(fname):
+                raise ProfileError(f"{lw}: field name {fname!r} must match {_NAME_RE.pattern}")
+            if fname in seen:
+                raise ProfileError(f"{where}: field {fname!r} is defined twice")
+            seen.add(fname)
+            fbits = _int(rf, "bits", f"{lw} field {fname!r}")
+            if fbits < 1:
+                raise ProfileError(f"{lw} field {fname!r}: bits must be >= 1")
+            fields.append(Field(fname, fbits))
+        total = sum(f.bits for f in fields)
+        if total != bits * segments:
+            raise ProfileError(
+                f"{lw}: fields hold {total} bits but the level carries bits x segments = {bits * segments}"
+            )
+        levels.append(Level(bits=bits, fields=tuple(fields), chunks=chunks))
+    routed = math.prod(lv.chunks for lv in levels[:-1])  # type: ignore[misc]
+    if routed > vocab:
+        raise ProfileError(
+            f"{where}: chunk schedule product {routed} exceeds vocab_size {vocab}; use fewer or smaller chunks"
+        )
+    tokenizer = data.get("tokenizer", "smollm2")
+    if not isinstance(tokenizer, str):
+        raise ProfileError(f"{where}: 'tokenizer' must be a string")
+    return Profile(
+        name=name,
+        vocab_size=vocab,
+        segments=segments,
+        levels=tuple(levels),
+        context_width=h,
+        tokenizer=tokenizer,
+        spec_version=spec_version,
+    )
+
+
+def load_profile(path: str | Path) -> Profile:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
+    return profile_from_dict(data)
+
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "policies" / "profiles"
+
+
+def default_profile() -> Profile:
+    """The paper's HeRo^2(2,2) at 24 bits for SmolLM2's 49152-token vocabulary."""
+    return load_profile(PROFILES_DIR / "default.yaml")
+
+
+def make_profile(
+    bits: tuple[int, ...],
+    total_bits: int,
+    vocab_size: int,
+    schedule: tuple[int, ...] | None = None,
+    context_width: int = 4,
+    name: str | None = None,
+) -> Profile:
+    """Programmatic profile HeRo^L(bits) carrying `total_bits` (one field per level)."""
+    per_seg = sum(bits)
+    if total_bits % per_seg:
+        raise ProfileError(f"total_bits {total_bits} is not a multiple of sum(bits) = {per_seg}")
+    segments = total_bits // per_seg
+    levels: list[dict[str, Any]] = []
+    for i, b in enumerate(bits, start=1):
+        lv: dict[str, Any] = {"bits": b, "fields": [{"name": f"level{i}", "bits": b * segments}]}
+        if i < len(bits):
+            lv["chunks"] = (schedule[i - 1] if schedule else None) or (
+                DEFAULT_FIRST_CHUNKS if i == 1 else DEFAULT_DEEPER_CHUNKS
+            )
+        levels.append(lv)
+    label = name or f"hero{len(bits)}-{'-'.join(map(str, bits))}-{total_bits}"
+    return profile_from_dict(
+        {"name": label, "vocab_size": vocab_size, "context_width": context_width, "segments": segments, "levels": levels}
+    )

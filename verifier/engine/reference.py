@@ -1,0 +1,253 @@
+"""Pure-Python reference of the frozen HeRo v1 randomness (docs/spec.md).
+
+Slow on purpose and written to be read next to the spec: every fast path (torch, compiled CPU, CUDA)
+is tested for bit equality against these functions.  Nothing here imports torch or numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+
+MASK64 = (1 << 64) - 1
+MASK32 = (1 << 32) - 1
+
+# --- SipHash-2-4 with 128-bit output ----------------------------------------------------------
+
+
+def _rotl(x: int, b: int) -> int:
+    return ((x << b) | (x >> (64 - b))) & MASK64
+
+
+def _sipround(v0: int, v1: int, v2: int, v3: int) -> tuple[int, int, int, int]:
+    v0 = (v0 + v1) & MASK64
+    v1 = _rotl(v1, 13) ^ v0
+    v0 = _rotl(v0, 32)
+    v2 = (v2 + v3) & MASK64
+    v3 = _rotl(v3, 16) ^ v2
+    v0 = (v0 + v3) & MASK64
+    v3 = _rotl(v3, 21) ^ v0
+    v2 = (v2 + v1) & MASK64
+    v1 = _rotl(v1, 17) ^ v2
+    v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+def siphash24(key: bytes, msg: bytes, out128: bool = True) -> tuple[int, ...]:
+    """SipHash-2-4 (Aumasson & Bernstein). Returns (lo, hi) 64-bit words, or (h,) for 64-bit output."""
+    if len(key) != 16:
+        raise ValueError("SipHash key must be 16 bytes")
+    k0, k1 = struct.unpack("<QQ", key)
+    v0 = k0 ^ 0x736F6D6570736575
+    v1 = k1 ^ 0x646F72616E646F6D
+    v2 = k0 ^ 0x6C7967656E657261
+    v3 = k1 ^ 0x7465646279746573
+    if out128:
+        v1 ^= 0xEE
+    n = len(msg)
+    full = n - (n % 8)
+    for i in range(0, full, 8):
+        (m,) = struct.unpack_from("<Q", msg, i)
+        v3 ^= m
+        v0, v1, v2, v3 = _sipround(*_sipround(v0, v1, v2, v3))
+        v0 ^= m
+    tail = msg[full:] + b"\x00" * (7 - (n % 8))
+    b = ((n & 0xFF) << 56) | int.from_bytes(tail, "little")
+    v3 ^= b
+    v0, v1, v2, v3 = _sipround(*_sipround(v0, v1, v2, v3))
+    v0 ^= b
+    v2 ^= 0xEE if out128 else 0xFF
+    for _ in range(4):
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    lo = v0 ^ v1 ^ v2 ^ v3
+    if not out128:
+        return (lo,)
+    v1 ^= 0xDD
+    for _ in range(4):
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    return lo, v0 ^ v1 ^ v2 ^ v3
+
+
+# --- Philox4x32-10 ----------------------------------------------------------------------------
+
+PHILOX_M0 = 0xD2511F53
+PHILOX_M1 = 0xCD9E8D57
+PHILOX_W0 = 0x9E3779B9
+PHILOX_W1 = 0xBB67AE85
+
+
+def philox4x32_10(ctr: Sequence[int], key: Sequence[int]) -> tuple[int, int, int, int]:
+    """One Philox4x32-10 block (Salmon et al. 2011), as in Random123 and cuRAND."""
+    c0, c1, c2, c3 = (c & MASK32 for c in ctr)
+    k0, k1 = (k & MASK32 for k in key)
+    for r in range(10):
+        p0 = PHILOX_M0 * c0
+        p1 = PHILOX_M1 * c2
+        c0, c1, c2, c3 = (
+            (p1 >> 32) ^ c1 ^ k0,
+            p1 & MASK32,
+            (p0 >> 32) ^ c3 ^ k1,
+            p0 & MASK32,
+        )
+        if r < 9:
+            k0 = (k0 + PHILOX_W0) & MASK32
+            k1 = (k1 + PHILOX_W1) & MASK32
+    return c0, c1, c2, c3
+
+
+# --- HeRo v1 randomness -------------------------------------------------------------------------
+
+
+def encode_context(context: Sequence[int]) -> bytes:
+    """PRF message: the h context token ids, oldest first, each as little-endian uint32."""
+    return b"".join(struct.pack("<I", int(t)) for t in context)
+
+
+def prf_seed(key: bytes, context: Sequence[int]) -> tuple[int, int]:
+    """(context h-gram, 128-bit key) -> 128-bit seed (s0, s1) = SipHash-2-4-128."""
+    s0, s1 = siphash24(key, encode_context(context))
+    return s0, s1
+
+
+def random_u32(seed: tuple[int, int], j: int) -> int:
+    """Indexed stream word j: cuRAND's j-th curand() after curand_init(seed=s0, subsequence=s1, 0)."""
+    s0, s1 = seed
+    block = j >> 2
+    ctr = (block & MASK32, (block >> 32) & MASK32, s1 & MASK32, (s1 >> 32) & MASK32)
+    key = (s0 & MASK32, (s0 >> 32) & MASK32)
+    return philox4x32_10(ctr, key)[j & 3]
+
+
+def u32_to_uniform(u: int) -> float:
+    """U = (u + 1/2) / 2^32, exact in binary64 and strictly inside (0, 1)."""
+    return (u + 0.5) / 4294967296.0
+
+
+def uniform(seed: tuple[int, int], j: int) -> float:
+    return u32_to_uniform(random_u32(seed, j))
+
+
+def evidence(u: int) -> float:
+    """Aaronson score -log(1 - U) for stream word u, computed from the exact value 1 - U."""
+    return -math.log((4294967295.5 - u) / 4294967296.0)
+
+
+def position(seed: tuple[int, int], segments: int) -> int:
+    """Segment index from word 0 of the position stream: floor(u * K / 2^32)."""
+    return (random_u32(seed, 0) * segments) >> 32
+
+
+# --- vocabulary partition ---------------------------------------------------------------------
+
+
+def chunk_bounds(size: int, k: int, i: int) -> tuple[int, int]:
+    """[start, end) of chunk i when `size` items split into k contiguous chunks differing by <= 1.
+
+    With size = a*k + r, the first k - r chunks have a items and the last r have a + 1.
+    """
+    a, r = divmod(size, k)
+    small = k - r
+    if i < small:
+        return i * a, (i + 1) * a
+    start = small * a + (i - small) * (a + 1)
+    return start, start + a + 1
+
+
+def chunk_of(size: int, k: int, x: int) -> int:
+    """Index of the chunk holding item x (0 <= x < size)."""
+    a, r = divmod(size, k)
+    small = k - r
+    if a > 0 and x < small * a:
+        return x // a
+    return small + (x - small * a) // (a + 1)
+
+
+def routing_path(token: int, vocab_size: int, schedule: Sequence[int]) -> list[int]:
+    """Chunk-index path (s_1, ..., s_L) of a token: routing chunks, then index in the final chunk."""
+    offset, size, path = 0, vocab_size, []
+    for k in schedule:
+        i = chunk_of(size, k, token - offset)
+        start, end = chunk_bounds(size, k, i)
+        path.append(i)
+        offset, size = offset + start, end - start
+    path.append(token - offset)
+    return path
+
+
+# --- generation step (one row) -----------------------------------------------------------------
+
+
+def hero_sample(
+    probs: Sequence[float],
+    schedule: Sequence[int],
+    level_keys: Sequence[bytes],
+    context: Sequence[int],
+) -> int:
+    """Reference HeRo Gumbel-max step: routing by chunk mass, then Gumbel-max inside the chunk.
+
+    `level_keys[l]` is the key-table entry K^(l)(m^(l)) selected by the payload for this position.
+    """
+    offset, size = 0, len(probs)
+    for level, k in enumerate(schedule):
+        seed = prf_seed(level_keys[level], context)
+        best, best_i = -math.inf, 0
+        for i in range(k):
+            s, e = chunk_bounds(size, k, i)
+            w = math.fsum(probs[offset + s : offset + e])
+            if w <= 0.0:
+                continue
+            g = math.log(w) - math.log(-math.log(uniform(seed, i)))
+            if g > best:
+                best, best_i = g, i
+        s, e = chunk_bounds(size, k, best_i)
+        offset, size = offset + s, e - s
+    seed = prf_seed(level_keys[len(schedule)], context)
+    best, best_j = -math.inf, 0
+    for j in range(size):
+        p = probs[offset + j]
+        if p <= 0.0:
+            continue
+        g = math.log(p) - math.log(-math.log(uniform(seed, j)))
+        if g > best:
+            best, best_j = g, j
+    return offset + best_j
+
+
+# --- decoding (one text) -----------------------------------------------------------------------
+
+
+def scored_positions(ids: Sequence[int], h: int) -> list[int]:
+    """Positions t >= h whose context x[t-h:t] has not occurred at an earlier scored position."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for t in range(h, len(ids)):
+        ctx = tuple(ids[t - h : t])
+        if ctx in seen:
+            continue
+        seen.add(ctx)
+        out.append(t)
+    return out
+
+
+def segment_scores(
+    ids: Sequence[int],
+    h: int,
+    vocab_size: int,
+    schedule: Sequence[int],
+    segments: int,
+    pos_key: bytes,
+    tables: Sequence[tuple[int, Sequence[bytes]]],
+) -> tuple[list[list[list[float]]], list[int]]:
+    """Per level in `tables` ((level, entry keys)): scores[k][a] summed evidence; counts[k] tokens."""
+    counts = [0] * segments
+    scores = [[[0.0] * len(keys) for _ in range(segments)] for _, keys in tables]
+    for t in scored_positions(ids, h):
+        ctx = ids[t - h : t]
+        k = position(prf_seed(pos_key, ctx), segments)
+        counts[k] += 1
+        path = routing_path(ids[t], vocab_size, schedule)
+        for li, (level, keys) in enumerate(tables):
+            for a, key in enumerate(keys):
+                scores[li][k][a] += evidence(random_u32(prf_seed(key, ctx), path[level - 1]))
+    return scores, counts

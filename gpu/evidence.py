@@ -4,6 +4,10 @@ ids [B, T] (right-padded), lengths [B]. Position t >= h is scored iff t < length
 x[t-h:t] did not occur at an earlier scored position of the same row (context masking, as in
 generation). For each decoded level l and candidate a: E = -log(1 - U_a[s_{t,l}]), summed per
 (row, segment). Returns scores [B, K, C_l] float64 per level and token counts [B, K].
+
+`segment_scores` dispatches by device: CPU -> the compiled C kernel (gpu/cpu_kernel.py) when it is
+available, CUDA -> the Triton kernel (gpu/triton_kernels.py) when Triton is installed, else the
+pure-torch `segment_scores_torch` below (also the readable statement of the batched algorithm).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ class LevelKeys:
     k1: Tensor
 
 
-def segment_scores(
+def segment_scores_torch(
     ids: Tensor,
     lengths: Tensor,
     *,
@@ -86,3 +90,60 @@ def segment_scores(
         scores.index_add_(0, flat, ev)
         out.append(scores.view(b, segments, c))
     return out, counts
+
+
+BACKENDS = ("auto", "torch", "native", "triton")
+
+
+def select_backend(device: torch.device | str, backend: str = "auto") -> str:
+    """The implementation `segment_scores` uses for tensors on `device`."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        from gpu import cpu_kernel
+
+        return "native" if cpu_kernel.available() else "torch"
+    if dev.type == "cuda":
+        from gpu import triton_kernels
+
+        return "triton" if triton_kernels.available() else "torch"
+    return "torch"
+
+
+def segment_scores(
+    ids: Tensor,
+    lengths: Tensor,
+    *,
+    context_width: int,
+    vocab_size: int,
+    schedule: tuple[int, ...],
+    segments: int,
+    position_key: tuple[Tensor, Tensor],
+    tables: list[LevelKeys],
+    backend: str = "auto",
+) -> tuple[list[Tensor], Tensor]:
+    """Per-(row, segment) evidence for every table; see the module docstring. Outputs on ids.device."""
+    kwargs = dict(
+        context_width=context_width,
+        vocab_size=vocab_size,
+        schedule=tuple(schedule),
+        segments=segments,
+        position_key=position_key,
+        tables=tables,
+    )
+    impl = select_backend(ids.device, backend)
+    if impl == "native":
+        from gpu import cpu_kernel
+
+        scores, counts = cpu_kernel.segment_scores(ids, lengths, **kwargs)
+        if ids.device.type != "cpu":
+            return [s.to(ids.device) for s in scores], counts.to(ids.device)
+        return scores, counts
+    if impl == "triton":
+        from gpu import triton_kernels
+
+        return triton_kernels.segment_scores(ids, lengths, **kwargs)
+    return segment_scores_torch(ids, lengths, **kwargs)

@@ -11,7 +11,56 @@ import torch
 from torch import Tensor
 
 from gpu import prf
-from gpu.partition import chunk_start
+from gpu.partition import chunk_of, chunk_start
+
+
+def _native(t: Tensor) -> bool:
+    if t.device.type != "cpu":
+        return False
+    from gpu import cpu_kernel
+
+    return cpu_kernel.available()
+
+
+def _prf_seed(k0: Tensor, k1: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
+    """prf.prf_seed for per-row keys; the C kernel on CPU (hundreds of tiny torch ops otherwise)."""
+    if _native(context):
+        from gpu import cpu_kernel
+
+        return cpu_kernel.prf_seed(k0, k1, context)
+    return prf.prf_seed(k0, k1, context)
+
+
+def _stream(s0: Tensor, s1: Tensor, n: int) -> Tensor:
+    if _native(s0):
+        from gpu import cpu_kernel
+
+        return cpu_kernel.random_u32_stream(s0, s1, n)
+    return prf.random_u32_stream(s0, s1, n)
+
+
+def _full_range_masses(p: Tensor, k: int) -> Tensor:
+    """Chunk masses [B, k] of the level-1 partition of the whole row (contiguous chunks, two sizes)."""
+    b, v = p.shape
+    a, r = divmod(v, k)
+    small = k - r
+    parts = []
+    if small:
+        parts.append(p[:, : small * a].reshape(b, small, a).sum(-1) if a else p.new_zeros(b, small))
+    if r:
+        parts.append(p[:, small * a :].reshape(b, r, a + 1).sum(-1))
+    return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+def _window_masses(p: Tensor, offset: Tensor, size: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Chunk masses [B, k] of each row's range [offset, offset + size) split into k chunks."""
+    b, v = p.shape
+    width = int(size.max())
+    j = torch.arange(width, device=p.device).unsqueeze(0)
+    idx = (offset.unsqueeze(1) + j).clamp(max=v - 1)
+    w = torch.where(j < size.unsqueeze(1), p.gather(1, idx), 0.0)
+    cid = chunk_of(size.unsqueeze(1), k, j).clamp(0, k - 1)
+    return torch.zeros(b, k, dtype=p.dtype, device=p.device).scatter_add_(1, cid, w), j
 
 
 def route_and_sample(
@@ -21,33 +70,39 @@ def route_and_sample(
 ) -> Tensor:
     """Alg. C.1 lines 14-27 for every row: `seeds[l]` = PRF(context, K^(l)(m^(l))) as ([B], [B]).
 
-    Returns sampled token ids [B]. Chunk masses come from a float64 prefix sum of the probabilities.
+    Returns sampled token ids [B]. Routing levels pick argmax_i log w_i + G_i over chunk masses w_i;
+    the last level picks argmax_j log p_j + G_j inside the chosen chunk only. Both are invariant to a
+    common shift, so no full log-softmax is formed: masses come from one fused softmax pass (float32,
+    or float64 when the logits are float64) reduced per chunk, and the last level uses the float64
+    logit minus the row maximum. Gumbel noise is float64.
     """
     b, v = logits.shape
-    logp = torch.log_softmax(logits.to(torch.float64), dim=-1)
+    x = logits if logits.dtype == torch.float64 else logits.to(torch.float32)
     offset = torch.zeros(b, dtype=torch.int64, device=logits.device)
     size = torch.full((b,), v, dtype=torch.int64, device=logits.device)
     if schedule:
-        cdf = torch.zeros(b, v + 1, dtype=torch.float64, device=logits.device)
-        torch.cumsum(logp.exp(), dim=-1, out=cdf[:, 1:])
+        p = torch.softmax(x, dim=-1)
     for level, k in enumerate(schedule):
-        i = torch.arange(k + 1, device=logits.device).unsqueeze(0)
-        bounds = offset.unsqueeze(1) + chunk_start(size.unsqueeze(1), k, i)  # [B, k+1]
-        edges = cdf.gather(1, bounds)
-        mass = (edges[:, 1:] - edges[:, :-1]).clamp(min=0.0)
+        if level == 0:
+            mass = _full_range_masses(p, k)
+        else:
+            mass, _ = _window_masses(p, offset, size, k)
+        mass = mass.to(torch.float64)
         s0, s1 = seeds[level]
-        gumbel = prf.u32_to_gumbel(prf.random_u32_stream(s0, s1, k))
+        gumbel = prf.u32_to_gumbel(_stream(s0, s1, k))
         score = torch.where(mass > 0, mass.log() + gumbel, float("-inf"))
         choice = score.argmax(dim=1, keepdim=True)
-        start = bounds.gather(1, choice).squeeze(1)
-        end = bounds.gather(1, choice + 1).squeeze(1)
-        offset, size = start, end - start
+        start = chunk_start(size.unsqueeze(1), k, choice).squeeze(1)
+        end = chunk_start(size.unsqueeze(1), k, choice + 1).squeeze(1)
+        offset, size = offset + start, end - start
     vmax = int(size.max())
     j = torch.arange(vmax, device=logits.device).unsqueeze(0)
     idx = (offset.unsqueeze(1) + j).clamp(max=v - 1)
-    lp = logp.gather(1, idx)
+    top = x.max(dim=1, keepdim=True).values.to(torch.float64)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    lp = x.gather(1, idx).to(torch.float64) - top
     s0, s1 = seeds[len(schedule)]
-    gumbel = prf.u32_to_gumbel(prf.random_u32_stream(s0, s1, vmax))
+    gumbel = prf.u32_to_gumbel(_stream(s0, s1, vmax))
     score = torch.where((j < size.unsqueeze(1)) & torch.isfinite(lp), lp + gumbel, float("-inf"))
     return offset + score.argmax(dim=1)
 
@@ -78,8 +133,9 @@ class HeroSampler:
 
     def positions(self, context: Tensor) -> Tensor:
         """Segment index k_t for each row's context [B, h] -> [B]."""
-        s0, s1 = prf.prf_seed(self.pos_k0, self.pos_k1, context)
-        return prf.position_of(s0, s1, self.segments)
+        s0, s1 = _prf_seed(self.pos_k0, self.pos_k1, context)
+        u0 = _stream(s0, s1, 1)[:, 0]
+        return (u0 * self.segments) >> 32
 
     def sample(
         self,
@@ -96,10 +152,12 @@ class HeroSampler:
         seeds = []
         for level in range(self.levels):
             m = values[:, level]
-            seeds.append(prf.prf_seed(self.k0[level][m], self.k1[level][m], context))
+            seeds.append(_prf_seed(self.k0[level][m], self.k1[level][m], context))
         tokens = route_and_sample(logits, seeds, self.schedule)
         if watermark is not None and not bool(watermark.all()):
-            probs = torch.softmax(logits.to(torch.float32), dim=-1)
+            plain_rows = (~watermark).nonzero().squeeze(1)  # only those rows: multinomial is O(V) per row
+            probs = torch.softmax(logits[plain_rows].to(torch.float32), dim=-1)
             plain = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-            tokens = torch.where(watermark, tokens, plain)
+            tokens = tokens.clone()
+            tokens[plain_rows] = plain
         return tokens

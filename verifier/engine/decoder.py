@@ -7,11 +7,14 @@ the best-matching version is reported with its p-value Bonferroni-corrected for 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
+from scipy import integrate
+from scipy import stats as sps
 
 from gpu import prf
 from gpu.evidence import LevelKeys, segment_scores
@@ -72,15 +75,30 @@ def _level_log_p(scores: torch.Tensor, counts: torch.Tensor, candidates: int) ->
     return stats.log_fisher(logs)
 
 
+@functools.lru_cache(maxsize=16)
+def _expected_max_normal(m: int) -> float:
+    """E[max of m iid N(0,1)], to remove the winner's selection bias from the rate estimate."""
+    if m <= 1:
+        return 0.0
+    f = lambda x: x * m * sps.norm.pdf(x) * sps.norm.cdf(x) ** (m - 1)  # noqa: E731
+    return float(integrate.quad(f, -12, 12)[0])
+
+
 def _posteriors(scores: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Plug-in posterior over candidates per segment [K, C].
 
     Model: the true candidate's evidence is Exp(rate r < 1), the others Exp(1), so the likelihood
-    ratio of candidate a is exp((1 - r) S_a). r is estimated from the winners (MLE), clamped.
+    ratio of candidate a is exp((1 - r) S_a). r is estimated from the winners' excess over what the
+    maximum of C null Gamma(n_k, 1) scores would be (~ n_k + sqrt(n_k) E[max of C normals]); with
+    no excess the posterior is flat, so unmarked text gets bit confidences near 1/2.
     """
-    n = float(counts.sum())
-    wins = float(scores.max(dim=1).values[counts > 0].sum()) if n else 0.0
-    rate = min(1.0, max(0.05, n / wins)) if wins > 0 else 1.0
+    live = counts > 0
+    n = float(counts[live].sum())
+    if n == 0:
+        return torch.full_like(scores, 1.0 / scores.shape[1])
+    bias = _expected_max_normal(scores.shape[1]) * float(counts[live].double().sqrt().sum())
+    signal = float(scores.max(dim=1).values[live].sum()) - bias
+    rate = min(1.0, max(0.05, n / signal)) if signal > 0 else 1.0
     return torch.softmax((1.0 - rate) * scores, dim=1)
 
 

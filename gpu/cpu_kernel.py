@@ -1,0 +1,189 @@
+"""CPU fast path of the decoder evidence kernel: the C extension `gpu._hero_kernels`.
+
+Same contract as `gpu.evidence.segment_scores_torch` and bit-identical to the pure-Python reference
+(integer PRF work is exact; the evidence uses libm `log` like CPython's `math.log`; per-segment sums
+are accumulated in token order). The scoring work is split over `threads` OS threads inside C.
+
+The extension is normally built by `pip install -e .` (setup.py). When it is missing (installed
+without a compiler, or an editable install that predates setup.py), the first call tries once to
+build it with the system C compiler into a per-user cache (set HERO_NATIVE_BUILD=0 to forbid that);
+when that fails too, `available()` is False and callers use the torch path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).parent / "_native" / "hero_kernels.c"
+_MODULE: ModuleType | None = None
+_TRIED = False
+_ERROR: str | None = None
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("HERO_NATIVE_CACHE") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "hero-verifier" / "native"
+
+
+def _build_in_cache() -> ModuleType:
+    """Compile the extension with the interpreter's C compiler into the cache (keyed by source hash)."""
+    src = SOURCE.read_bytes()
+    tag = hashlib.sha256(src + sys.version.encode()).hexdigest()[:16]
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    target = _cache_dir() / f"_hero_kernels_{tag}{suffix}"
+    if not target.exists():
+        if sys.platform == "win32":
+            raise RuntimeError("no automatic build on Windows; run `pip install -e .` with MSVC")
+        cc = (sysconfig.get_config_var("CC") or "cc").split()
+        include = sysconfig.get_paths()["include"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = Path(tmp) / target.name
+            cmd = [*cc, "-O3", "-std=c99", "-fPIC", "-shared", "-pthread", f"-I{include}", str(SOURCE), "-o", str(out)]
+            if sys.platform == "darwin":
+                cmd += ["-undefined", "dynamic_lookup"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"C compiler failed: {proc.stderr.strip()[:500]}")
+            os.replace(out, target)  # atomic: a concurrent builder never sees a half-written file
+    spec = importlib.util.spec_from_file_location("gpu._hero_kernels", target)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load() -> ModuleType | None:
+    """The compiled module, or None (reason in `error()`). Tried once per process."""
+    global _MODULE, _TRIED, _ERROR
+    if _TRIED:
+        return _MODULE
+    _TRIED = True
+    if os.environ.get("HERO_NATIVE", "1") == "0":
+        _ERROR = "disabled by HERO_NATIVE=0"
+        return None
+    try:
+        from gpu import _hero_kernels  # type: ignore[attr-defined]
+
+        _MODULE = _hero_kernels
+        return _MODULE
+    except ImportError as exc:
+        _ERROR = f"gpu._hero_kernels not built ({exc})"
+    if os.environ.get("HERO_NATIVE_BUILD", "1") != "0" and SOURCE.exists():
+        try:
+            _MODULE = _build_in_cache()
+            _ERROR = None
+        except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as exc:
+            _ERROR = f"{_ERROR}; automatic build failed: {exc}"
+    return _MODULE
+
+
+def available() -> bool:
+    return load() is not None
+
+
+def error() -> str | None:
+    load()
+    return _ERROR
+
+
+def default_threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+def _i64(values) -> Tensor:
+    return torch.as_tensor(list(values), dtype=torch.int64)
+
+
+def segment_scores(
+    ids: Tensor,
+    lengths: Tensor,
+    *,
+    context_width: int,
+    vocab_size: int,
+    schedule: tuple[int, ...],
+    segments: int,
+    position_key: tuple[Tensor, Tensor],
+    tables: list,
+    threads: int | None = None,
+) -> tuple[list[Tensor], Tensor]:
+    """CPU tensors in, CPU tensors out: scores [B, K, C_l] float64 per table, counts [B, K] int64."""
+    mod = load()
+    if mod is None:
+        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
+    ids = ids.detach().to("cpu", torch.int64).contiguous()
+    lengths = lengths.detach().to("cpu", torch.int64).contiguous()
+    b, t = ids.shape
+    sizes = [int(tb.k0.shape[0]) for tb in tables]
+    ctot = sum(sizes)
+    if tables:
+        k0 = torch.cat([tb.k0.detach().to("cpu", torch.int64) for tb in tables]).contiguous()
+        k1 = torch.cat([tb.k1.detach().to("cpu", torch.int64) for tb in tables]).contiguous()
+    else:
+        k0 = k1 = torch.zeros(0, dtype=torch.int64)
+    out = torch.zeros(b, segments, ctot, dtype=torch.float64)
+    counts = torch.zeros(b, segments, dtype=torch.int64)
+    mask = (1 << 64) - 1
+    mod.segment_scores(
+        ids.numpy(),
+        lengths.numpy(),
+        b,
+        t,
+        int(context_width),
+        int(vocab_size),
+        _i64(schedule).numpy(),
+        int(segments),
+        int(position_key[0]) & mask,
+        int(position_key[1]) & mask,
+        _i64(tb.level for tb in tables).numpy(),
+        _i64(sizes).numpy(),
+        k0.numpy(),
+        k1.numpy(),
+        out.numpy(),
+        counts.numpy(),
+        default_threads() if threads is None else int(threads),
+    )
+    res, off = [], 0
+    for c in sizes:
+        res.append(out[:, :, off : off + c].contiguous() if len(sizes) > 1 else out)
+        off += c
+    return res, counts
+
+
+def prf_seed(k0: Tensor, k1: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-row seeds: keys k0/k1 [N] (or scalars), contexts [N, h] (CPU) -> (s0, s1) int64 [N]."""
+    mod = load()
+    if mod is None:
+        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
+    ctx = context.detach().to(torch.int64).contiguous()
+    n, h = ctx.shape
+    k0 = k0.detach().to(torch.int64).expand(n).contiguous()
+    k1 = k1.detach().to(torch.int64).expand(n).contiguous()
+    s0 = torch.empty(n, dtype=torch.int64)
+    s1 = torch.empty(n, dtype=torch.int64)
+    mod.prf_seeds(k0.numpy(), k1.numpy(), ctx.numpy(), n, h, s0.numpy(), s1.numpy())
+    return s0, s1
+
+
+def random_u32_stream(s0: Tensor, s1: Tensor, n: int) -> Tensor:
+    """Words 0..n-1 of each seed's stream: seeds [N] -> [N, n] int64 (as gpu.prf.random_u32_stream)."""
+    mod = load()
+    if mod is None:
+        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
+    s0 = s0.detach().to(torch.int64).contiguous()
+    s1 = s1.detach().to(torch.int64).contiguous()
+    out = torch.empty(s0.shape[0], n, dtype=torch.int64)
+    mod.philox_stream(s0.numpy(), s1.numpy(), s0.shape[0], n, out.numpy())
+    return out

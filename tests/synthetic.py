@@ -1,0 +1,42 @@
+"""A synthetic 'language model' for fast statistical tests: random logits per step (no torch model)."""
+
+from __future__ import annotations
+
+import torch
+
+from gpu.sampler import HeroSampler
+from verifier.engine.payload import encode_payload
+
+
+def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0, context_masking=True):
+    """Returns continuation ids [B, steps] generated with the HeRo sampler (prompt of h random ids)."""
+    g = torch.Generator().manual_seed(seed)
+    h, v = profile.context_width, profile.vocab_size
+    sampler = HeroSampler(profile.schedule, profile.segments, [list(t.entries) for t in keyset.tables], keyset.position)
+    pay = torch.tensor([encode_payload(profile, p) for p in payloads])
+    b = len(payloads)
+    ids = torch.randint(0, v, (b, h), generator=g)
+    seen = [set() for _ in range(b)]
+    for t in range(steps):
+        logits = torch.randn(b, v, generator=g) * sigma
+        ctx = ids[:, -h:]
+        mark = torch.ones(b, dtype=torch.bool)
+        if context_masking and t >= h:
+            for i, row in enumerate(ctx.tolist()):
+                if tuple(row) in seen[i]:
+                    mark[i] = False
+                seen[i].add(tuple(row))
+        tok = sampler.sample(logits, ctx, pay, mark, g)
+        ids = torch.cat([ids, tok.unsqueeze(1)], dim=1)
+    return ids[:, h:]
+
+
+def bit_errors(profile, level: int, decoded: dict, truth: dict) -> tuple[int, int]:
+    """(correct bits, total bits) of one level's fields; undecoded fields count as wrong."""
+    ok = tot = 0
+    for f in profile.levels[level - 1].fields:
+        v, t = decoded.get(f.name), truth[f.name]
+        for i in range(f.bits):
+            tot += 1
+            ok += v is not None and ((v >> i) & 1) == ((t >> i) & 1)
+    return ok, tot

@@ -1,0 +1,145 @@
+"""Selective disclosure (Theorem 2), decoder outputs, key versions and calibration on a synthetic LM."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+
+from gpu import prf
+from gpu.partition import routing_paths
+from tests.conftest import make_keyset
+from tests.synthetic import bit_errors, generate
+from verifier.engine.decoder import Decoder, DecodeError
+from verifier.engine.keys import KeySet
+from verifier.engine.profile import make_profile
+
+PROFILE = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,))
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    ks = make_keyset(PROFILE, 1)
+    n = 180  # 180 texts x 12 private bits = 2160 bits
+    rng = np.random.default_rng(0)
+    payloads = [{"level1": int(rng.integers(4096)), "level2": int(rng.integers(4096))} for _ in range(n)]
+    ids = generate(PROFILE, ks, payloads, 200, seed=1)
+    return ks, payloads, ids.tolist()
+
+
+def test_full_keys_decode_both_levels(corpus):
+    ks, payloads, ids = corpus
+    res = Decoder(PROFILE, {1: [ks.tables[0]], 2: [ks.tables[1]]}).decode_ids(ids)
+    ok = [0, 0]
+    tot = [0, 0]
+    for r, p in zip(res, payloads, strict=True):
+        assert r.watermarked and r.p_value < 1e-10
+        for lv in (1, 2):
+            a, b = bit_errors(PROFILE, lv, r.levels[lv - 1].fields, p)
+            ok[lv - 1] += a
+            tot[lv - 1] += b
+    assert ok[0] / tot[0] > 0.95 and ok[1] / tot[1] > 0.9
+
+
+def test_public_only_verifier_decodes_private_bits_at_chance(corpus):
+    ks, payloads, ids = corpus
+    public = Decoder(PROFILE, {1: [ks.tables[0]]})
+    res = public.decode_ids(ids)
+    assert all(len(r.levels) == 1 for r in res)  # level 2 is never even computed
+    # Attack 1: guess level-2 tables (any table not derived from the level-2 master).
+    guess = make_keyset(PROFILE, 9).tables[1]
+    guessed = Decoder(PROFILE, {1: [ks.tables[0]], 2: [guess]}).decode_ids(ids)
+    ok = tot = 0
+    for r, p in zip(guessed, payloads, strict=True):
+        a, b = bit_errors(PROFILE, 2, r.levels[1].fields, p)
+        ok += a
+        tot += b
+    assert tot >= 2000 and abs(ok / tot - 0.5) <= 0.03
+    # Attack 2: public verifier knows positions and paths; majority vote of the within-chunk index.
+    ok = tot = 0
+    pk0, pk1 = prf.key_words([ks.position])
+    for row, p in zip(ids, payloads, strict=True):
+        t = torch.tensor(row)
+        ctx = t.unfold(0, 4, 1)[:-1]
+        seg = prf.position_of(*prf.prf_seed(pk0[0], pk1[0], ctx), PROFILE.segments)
+        within = routing_paths(t[4:], PROFILE.vocab_size, PROFILE.schedule)[:, 1] % 4
+        for k in range(PROFILE.segments):
+            vals = within[seg == k]
+            guess_v = int(torch.bincount(vals, minlength=4).argmax()) if len(vals) else 0
+            true_v = (p["level2"] >> (2 * (PROFILE.segments - 1 - k))) & 3
+            ok += (guess_v >> 1 == true_v >> 1) + ((guess_v & 1) == (true_v & 1))
+            tot += 2
+    assert abs(ok / tot - 0.5) <= 0.03
+
+
+def test_null_pvalues_uniform_and_no_false_detection():
+    ks = make_keyset(PROFILE, 2)
+    rng = np.random.default_rng(5)
+    texts = rng.integers(0, PROFILE.vocab_size, size=(400, 200)).tolist()
+    res = Decoder(PROFILE, {1: [ks.tables[0]], 2: [ks.tables[1]]}).decode_ids(texts)
+    p = np.array([r.p_value for r in res])
+    assert sps.kstest(p, "uniform").pvalue > 1e-3
+    # Bin(400, 1e-3): P[X >= 4] < 2e-3.
+    assert (p < 1e-3).sum() <= 3
+
+
+def test_short_text_reports_undecoded_segments_not_nan():
+    ks = make_keyset(PROFILE, 3)
+    ids = generate(PROFILE, ks, [{"level1": 5, "level2": 9}], 8, seed=3).tolist()
+    (r,) = Decoder(PROFILE, {1: [ks.tables[0]], 2: [ks.tables[1]]}).decode_ids(ids)
+    assert r.tokens_scored == 4
+    lv = r.levels[0]
+    assert lv.undecoded_segments and lv.fields == {"level1": None}
+    assert None in lv.bit_confidence
+    text = json.dumps(r.to_dict(), allow_nan=False)  # no NaN anywhere
+    assert "NaN" not in text
+    (empty,) = Decoder(PROFILE, {1: [ks.tables[0]]}).decode_ids([[1, 2, 3]])
+    assert empty.tokens_scored == 0 and not empty.watermarked and empty.p_value == 1.0
+    assert empty.levels[0].status == "undecodable" and "no scored tokens" in empty.levels[0].reason
+
+
+def test_rotated_versions_report_matching_version_with_correction():
+    old, new = make_keyset(PROFILE, 1), make_keyset(PROFILE, 2)
+    new = KeySet(tuple(type(t)(t.level, f"l{t.level}-v2", t.entries, t.position) for t in new.tables))
+    ids_old = generate(PROFILE, old, [{"level1": 77, "level2": 3000}], 200, seed=4).tolist()
+    ids_new = generate(PROFILE, new, [{"level1": 1234, "level2": 42}], 200, seed=5).tolist()
+    both = {1: [old.tables[0], new.tables[0]], 2: [old.tables[1], new.tables[1]]}
+    r_old, r_new = Decoder(PROFILE, both).decode_ids(ids_old + ids_new)
+    assert r_old.key_version == "l1-v1" and r_new.key_version == "l1-v2"
+    assert [lv.key_version for lv in r_new.levels] == ["l1-v2", "l2-v2"]
+    assert r_old.levels[1].fields == {"level2": 3000} and r_new.levels[0].fields == {"level1": 1234}
+    (single,) = Decoder(PROFILE, {1: [new.tables[0]], 2: [new.tables[1]]}).decode_ids(ids_new)
+    assert r_new.levels[0].versions_tried == 2
+    assert math.isclose(r_new.levels[0].log10_p_value, min(0.0, single.levels[0].log10_p_value + math.log10(2)))
+
+
+def test_decoder_input_errors():
+    ks = make_keyset(PROFILE, 4)
+    with pytest.raises(DecodeError, match="no level-1"):
+        Decoder(PROFILE, {})
+    with pytest.raises(DecodeError, match="without gaps"):
+        Decoder(PROFILE, {1: [ks.tables[0]], 3: [ks.tables[1]]})
+    dec = Decoder(PROFILE, {1: [ks.tables[0]]})
+    with pytest.raises(DecodeError, match="outside the profile vocabulary"):
+        dec.decode_ids([[1, 2, 3, 4, 5, 99999]])
+
+    class Tok:
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [[1] * 5 for _ in texts]}
+
+    with pytest.raises(DecodeError, match="empty"):
+        dec.decode_texts(["  "], Tok())
+
+
+def test_confidence_is_high_when_marked_and_low_when_not(corpus):
+    ks, payloads, ids = corpus
+    r = Decoder(PROFILE, {1: [ks.tables[0]], 2: [ks.tables[1]]}).decode_ids(ids[:20])
+    assert np.mean([x.levels[0].confidence for x in r]) > 0.8
+    wrong = make_keyset(PROFILE, 8)
+    rw = Decoder(PROFILE, {1: [wrong.tables[0]]}).decode_ids(ids[:20])
+    assert np.mean([b for x in rw for b in x.levels[0].bit_confidence]) < 0.6
+    assert not any(x.watermarked for x in rw)

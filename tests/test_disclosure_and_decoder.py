@@ -14,7 +14,7 @@ from gpu import prf
 from gpu.partition import routing_paths
 from tests.conftest import make_keyset
 from tests.synthetic import bit_errors, generate
-from verifier.engine.decoder import Decoder, DecodeError
+from verifier.engine.decoder import DecodeError, Decoder
 from verifier.engine.keys import KeySet
 from verifier.engine.profile import make_profile
 
@@ -136,7 +136,7 @@ def test_decoder_input_errors():
 
 
 def test_confidence_is_high_when_marked_and_low_when_not(corpus):
-    ks, payloads, ids = corpus
+    ks, _payloads, ids = corpus
     r = Decoder(PROFILE, {1: [ks.tables[0]], 2: [ks.tables[1]]}).decode_ids(ids[:20])
     assert np.mean([x.levels[0].confidence for x in r]) > 0.8
     wrong = make_keyset(PROFILE, 8)

@@ -26,7 +26,9 @@ def test_any_depth_builds_and_round_trips(bits, total):
     values = {f.name: (0x5A5A5A5A5A5A >> 3) % (1 << f.bits) for lv in p.levels for f in lv.fields}
     segs = encode_payload(p, values)
     for lv in range(1, p.depth + 1):
-        assert decode_fields(p, lv, [s[lv - 1] for s in segs]) == {f.name: values[f.name] for f in p.levels[lv - 1].fields}
+        assert decode_fields(p, lv, [s[lv - 1] for s in segs]) == {
+            f.name: values[f.name] for f in p.levels[lv - 1].fields
+        }
 
 
 def test_segment_bit_layout_msb_first():
@@ -78,7 +80,13 @@ def test_undecoded_segment_gives_null_field_only_where_touched():
     p = make_profile((2, 2), 24, vocab_size=1000)
     # 'level1' spans all segments; with one undecoded segment the whole field is unknown.
     assert decode_fields(p, 1, [1, 2, None, 3, 0, 1]) == {"level1": None}
-    two = profile_from_dict({**p.to_dict(), "levels": [
-        {"bits": 2, "chunks": 20, "fields": [{"name": "a", "bits": 6}, {"name": "b", "bits": 6}]},
-        {"bits": 2, "fields": [{"name": "c", "bits": 12}]}]})
+    two = profile_from_dict(
+        {
+            **p.to_dict(),
+            "levels": [
+                {"bits": 2, "chunks": 20, "fields": [{"name": "a", "bits": 6}, {"name": "b", "bits": 6}]},
+                {"bits": 2, "fields": [{"name": "c", "bits": 12}]},
+            ],
+        }
+    )
     assert decode_fields(two, 1, [1, 2, 3, None, 0, 1]) == {"a": 0b011011, "b": None}

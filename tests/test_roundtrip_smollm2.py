@@ -31,7 +31,14 @@ def setup(smollm2):
     rng = np.random.default_rng(0)
     payloads = [{"model": int(rng.integers(4096)), "user": int(rng.integers(4096))} for _ in prompts]
     gens = generate_watermarked(
-        model, tok, prompts, payloads, profile, keyset, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+        model,
+        tok,
+        prompts,
+        payloads,
+        profile,
+        keyset,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
         generator=torch.Generator().manual_seed(1),
     )
     return model, tok, profile, keyset, prompts, payloads, gens, humans
@@ -78,7 +85,14 @@ def _mean_nll(model, tok, prompt: str, ids: list[int]) -> float:
 def test_perplexity_unchanged(setup):
     model, tok, profile, keyset, prompts, payloads, gens, _ = setup
     plain = generate_watermarked(
-        model, tok, prompts, payloads, profile, keyset, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+        model,
+        tok,
+        prompts,
+        payloads,
+        profile,
+        keyset,
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
         watermark=False,
     )
     wm = np.array([_mean_nll(model, tok, g.prompt, g.token_ids) for g in gens])

@@ -121,14 +121,19 @@ def test_decode_scores_reference_and_torch(vectors):
         lk = [LevelKeys(lv, *prf.key_words(ks)) for lv, ks in tables]
         ids = torch.tensor([v["ids"], v["ids"][:20] + [0] * (len(v["ids"]) - 20)])
         tscores, tcounts = segment_scores(
-            ids, torch.tensor([len(v["ids"]), 20]), context_width=v["context_width"],
-            vocab_size=v["vocab_size"], schedule=tuple(v["schedule"]), segments=v["segments"],
-            position_key=(pk[0][0], pk[1][0]), tables=lk,
+            ids,
+            torch.tensor([len(v["ids"]), 20]),
+            context_width=v["context_width"],
+            vocab_size=v["vocab_size"],
+            schedule=tuple(v["schedule"]),
+            segments=v["segments"],
+            position_key=(pk[0][0], pk[1][0]),
+            tables=lk,
         )
         assert tcounts[0].tolist() == counts
         for li, ts in enumerate(tscores):
             assert torch.allclose(ts[0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
-        short, short_counts = R.segment_scores(v["ids"][:20], *args)
+        _short, short_counts = R.segment_scores(v["ids"][:20], *args)
         assert tcounts[1].tolist() == short_counts
 
 

@@ -26,20 +26,33 @@ def main() -> None:
     v: dict = {"spec_version": 1}
     key = bytes(range(16))
     v["siphash24_128"] = [
-        {"key": hexb(key), "msg": hexb(bytes(range(n))), "lo": f"{R.siphash24(key, bytes(range(n)))[0]:016x}",
-         "hi": f"{R.siphash24(key, bytes(range(n)))[1]:016x}"}
+        {
+            "key": hexb(key),
+            "msg": hexb(bytes(range(n))),
+            "lo": f"{R.siphash24(key, bytes(range(n)))[0]:016x}",
+            "hi": f"{R.siphash24(key, bytes(range(n)))[1]:016x}",
+        }
         for n in (0, 1, 7, 8, 15, 16, 17, 63)
     ]
     v["philox4x32_10"] = []
-    for ctr, k in [((0, 0, 0, 0), (0, 0)), ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2),
-                   ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0))]:
+    for ctr, k in [
+        ((0, 0, 0, 0), (0, 0)),
+        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2),
+        ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0)),
+    ]:
         v["philox4x32_10"].append({"ctr": list(ctr), "key": list(k), "out": list(R.philox4x32_10(ctr, k))})
     v["hkdf"] = []
     for level, value in [(1, 0), (1, 3), (2, 0), (2, 255), (8, 1)]:
         master = rb(32)
-        v["hkdf"].append({"master": hexb(master), "level": level, "value": value,
-                          "entry_key": hexb(entry_key(master, level, value)),
-                          "position_key": hexb(position_key(master))})
+        v["hkdf"].append(
+            {
+                "master": hexb(master),
+                "level": level,
+                "value": value,
+                "entry_key": hexb(entry_key(master, level, value)),
+                "position_key": hexb(position_key(master)),
+            }
+        )
     v["prf"] = []
     for h in (1, 2, 3, 4, 5, 8):
         k = rb(16)
@@ -49,38 +62,68 @@ def main() -> None:
         for j in [0, 1, 2, 3, 4, 5, 19, 20, 1023, 49151, 262143, 2**32 + 5]:
             u = R.random_u32((s0, s1), j)
             words.append({"j": j, "u32": u, "uniform": R.u32_to_uniform(u), "evidence": R.evidence(u)})
-        v["prf"].append({"key": hexb(k), "context": ctx, "s0": f"{s0:016x}", "s1": f"{s1:016x}",
-                         "position_K6": R.position((s0, s1), 6), "position_K97": R.position((s0, s1), 97),
-                         "words": words})
+        v["prf"].append(
+            {
+                "key": hexb(k),
+                "context": ctx,
+                "s0": f"{s0:016x}",
+                "s1": f"{s1:016x}",
+                "position_K6": R.position((s0, s1), 6),
+                "position_K97": R.position((s0, s1), 97),
+                "words": words,
+            }
+        )
     v["routing"] = []
     for vocab, sched in [(49152, [20]), (32000, [20]), (262144, [20, 4, 4]), (100, [7, 3, 2]), (10, [4, 3])]:
         toks = sorted({0, vocab - 1, *[rng.randrange(vocab) for _ in range(20)]})
-        v["routing"].append({"vocab_size": vocab, "schedule": sched,
-                             "paths": {str(t): R.routing_path(t, vocab, sched) for t in toks}})
+        v["routing"].append(
+            {"vocab_size": vocab, "schedule": sched, "paths": {str(t): R.routing_path(t, vocab, sched) for t in toks}}
+        )
     v["sample"] = []
     for vocab, sched in [(64, [4]), (200, [20]), (97, [5, 3]), (50, [])]:
         for _ in range(4):
             logits = [rng.gauss(0, 2) for _ in range(vocab)]
             m = max(logits)
             import math
+
             z = sum(math.exp(x - m) for x in logits)
             probs = [math.exp(x - m) / z for x in logits]
             keys = [rb(16) for _ in range(len(sched) + 1)]
             ctx = [rng.randrange(vocab) for _ in range(4)]
-            v["sample"].append({"logits": logits, "schedule": sched, "keys": [hexb(k) for k in keys],
-                                "context": ctx, "token": R.hero_sample(probs, sched, keys, ctx)})
+            v["sample"].append(
+                {
+                    "logits": logits,
+                    "schedule": sched,
+                    "keys": [hexb(k) for k in keys],
+                    "context": ctx,
+                    "token": R.hero_sample(probs, sched, keys, ctx),
+                }
+            )
     v["decode"] = []
-    for vocab, sched, bits, segs, h in [(49152, [20], [2, 2], 6, 4), (32000, [], [3], 8, 4), (500, [5, 3], [1, 2, 1], 3, 2)]:
+    for vocab, sched, bits, segs, h in [
+        (49152, [20], [2, 2], 6, 4),
+        (32000, [], [3], 8, 4),
+        (500, [5, 3], [1, 2, 1], 3, 2),
+    ]:
         ids = [rng.randrange(vocab) for _ in range(40)]
         ids += ids[10:18]  # repeated contexts must be skipped
         pos = rb(16)
         tables = [(lv + 1, [rb(16) for _ in range(1 << b)]) for lv, b in enumerate(bits)]
         scores, counts = R.segment_scores(ids, h, vocab, sched, segs, pos, tables)
-        v["decode"].append({"vocab_size": vocab, "schedule": sched, "segments": segs, "context_width": h,
-                            "ids": ids, "position_key": hexb(pos),
-                            "tables": [{"level": lv, "keys": [hexb(k) for k in ks]} for lv, ks in tables],
-                            "scores": scores, "counts": counts,
-                            "scored_positions": R.scored_positions(ids, h)})
+        v["decode"].append(
+            {
+                "vocab_size": vocab,
+                "schedule": sched,
+                "segments": segs,
+                "context_width": h,
+                "ids": ids,
+                "position_key": hexb(pos),
+                "tables": [{"level": lv, "keys": [hexb(k) for k in ks]} for lv, ks in tables],
+                "scores": scores,
+                "counts": counts,
+                "scored_positions": R.scored_positions(ids, h),
+            }
+        )
     OUT.write_text(json.dumps(v, indent=1) + "\n")
     print(f"wrote {OUT}")
 

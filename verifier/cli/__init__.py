@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from verifier.cli import decode, generate, keys
+from verifier.cli import bench, decode, generate, keys, service
 
 CommandError = (ValueError, RuntimeError, OSError, LookupError)
-COMMAND_MODULES = [keys, generate, decode]
+COMMAND_MODULES = [keys, generate, decode, service, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from verifier.engine.keystore import FileKeyStore, KeyStore
 from verifier.engine.profile import PROFILES_DIR, Profile, load_profile
+
+if TYPE_CHECKING:
+    from verifier.db import Database
+    from verifier.keys.service import DbKeyStore
 
 
 def add_profile_arg(p: argparse.ArgumentParser) -> None:
@@ -19,9 +23,24 @@ def resolve_profile(name: str) -> Profile:
     return load_profile(path if path.exists() else name)
 
 
-def open_store() -> KeyStore:
-    """The embedded key store (the service's encrypted store plugs in here)."""
-    return FileKeyStore()
+def open_database() -> Database:
+    """The service database from HERO_* settings; SQLite (embedded default) is migrated on open."""
+    from verifier.db import Database, upgrade
+    from verifier.settings import Settings
+
+    settings = Settings()
+    if settings.should_auto_migrate:
+        upgrade(settings.db_url)
+    return Database(settings.db_url)
+
+
+def open_store() -> DbKeyStore:
+    """The service's encrypted key store (same DB and KEK as `hero serve`)."""
+    from verifier.keys.kek import make_kek_provider
+    from verifier.keys.service import DbKeyStore
+    from verifier.settings import Settings
+
+    return DbKeyStore(open_database(), make_kek_provider(Settings()))
 
 
 def emit(obj: object) -> None:

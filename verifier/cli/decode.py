@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
-from verifier.engine.decoder import DEFAULT_ALPHA, Decoder, DecodeError
+from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -20,6 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_profile_arg(rot)
     rot.add_argument("--level", type=int, required=True)
     rot.set_defaults(handler=cmd_rotate)
+    dis = ks.add_parser("disable", help="stop decoding with a (non-active) version")
+    add_profile_arg(dis)
+    dis.add_argument("--level", type=int, required=True)
+    dis.add_argument("--version", required=True, help="e.g. l1-v1")
+    dis.set_defaults(handler=cmd_disable)
+    des = ks.add_parser("destroy", help="irreversibly erase a (non-active) version's key material")
+    add_profile_arg(des)
+    des.add_argument("--level", type=int, required=True)
+    des.add_argument("--version", required=True, help="e.g. l1-v1")
+    des.add_argument("--confirm", required=True, help="repeat the version id to confirm")
+    des.set_defaults(handler=cmd_destroy)
 
 
 def cmd_init(args: argparse.Namespace) -> None:
@@ -35,5 +46,21 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 def cmd_rotate(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
-    v = open_store().rotate(profile, args.level)  # type: ignore[attr-defined]
+    v = open_store().rotate(profile, args.level)
     emit({"profile": profile.name, "version": v.to_dict()})
+
+
+def cmd_disable(args: argparse.Namespace) -> None:
+    from verifier.keys.service import version_meta
+
+    profile = resolve_profile(args.profile)
+    row = open_store().disable(profile, args.level, args.version)
+    emit({"profile": profile.name, "version": version_meta(row)})
+
+
+def cmd_destroy(args: argparse.Namespace) -> None:
+    from verifier.keys.service import version_meta
+
+    profile = resolve_profile(args.profile)
+    row = open_store().destroy(profile, args.level, args.version, confirm=args.confirm)
+    emit({"profile": profile.name, "version": version_meta(row)})

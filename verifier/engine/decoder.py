@@ -127,9 +127,7 @@ class Decoder:
         self.device = torch.device(device)
         self.unavailable = dict(unavailable or {})
         self._words = {
-            (lv, t.version): prf.key_words(list(t.entries), self.device)
-            for lv, ts in self.tables.items()
-            for t in ts
+            (lv, t.version): prf.key_words(list(t.entries), self.device) for lv, ts in self.tables.items() for t in ts
         }
 
     # -- inputs -----------------------------------------------------------------------------

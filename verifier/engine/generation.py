@@ -67,7 +67,9 @@ class HeroLogitsProcessor(LogitsProcessor):
             keyset.position,
             self.device,
         )
-        self.payload = torch.tensor([encode_payload(profile, p) for p in payloads], dtype=torch.int64, device=self.device)
+        self.payload = torch.tensor(
+            [encode_payload(profile, p) for p in payloads], dtype=torch.int64, device=self.device
+        )
         self.warpers = warpers or LogitsProcessorList()
         if generator is None:
             generator = torch.Generator(device=self.device)

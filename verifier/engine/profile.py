@@ -233,5 +233,11 @@ def make_profile(
         levels.append(lv)
     label = name or f"hero{len(bits)}-{'-'.join(map(str, bits))}-{total_bits}"
     return profile_from_dict(
-        {"name": label, "vocab_size": vocab_size, "context_width": context_width, "segments": segments, "levels": levels}
+        {
+            "name": label,
+            "vocab_size": vocab_size,
+            "context_width": context_width,
+            "segments": segments,
+            "levels": levels,
+        }
     )

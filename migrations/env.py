@@ -1,0 +1,45 @@
+"""Alembic environment: same engine setup as the service (WAL/busy timeout on SQLite, psycopg 3)."""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+from alembic import context
+
+import verifier.audit.models
+import verifier.keys.models  # noqa: F401  (register tables on Base.metadata)
+from verifier.db import Base, make_engine
+from verifier.settings import Settings
+
+config = context.config
+if config.config_file_name is not None and not config.attributes.get("url"):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    return config.attributes.get("url") or Settings().db_url
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(_url())
+    try:
+        with engine.connect() as connection:
+            context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

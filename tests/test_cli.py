@@ -1,0 +1,93 @@
+"""`hero` CLI contract: JSON on stdout, one clear error line (never a traceback) on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from verifier.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, dict | None, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def test_keys_init_prints_versions_never_key_material(capsys, hero_home):
+    code, out, _ = run(capsys, "keys", "init")
+    assert code == 0
+    assert [(v["level"], v["version"], v["status"]) for v in out["versions"]] == [
+        (1, "l1-v1", "active"),
+        (2, "l2-v1", "active"),
+    ]
+    assert set(out["versions"][0]) <= {"level", "version", "status", "created_at", "profile"}
+    code, _, err = run(capsys, "keys", "init")
+    assert code != 0 and err.startswith("hero: error:") and "already" in err
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["generate", "--prompt", "Hi", "--field", "nope=1"], "unknown field 'nope'"),
+        (["generate", "--prompt", "Hi", "--field", "model=4096", "--field", "user=1"], "does not fit in 12 bits"),
+        (["generate", "--prompt", "   ", "--field", "model=1", "--field", "user=1"], "empty"),
+        (["decode", "--levels", "1", "--text", "   "], "empty"),
+        (["decode", "--levels", "2", "--text", "hello"], "1..n"),
+        (["decode", "--levels", "1,x", "--text", "hello"], "integers"),
+        (["decode", "--levels", "1", "--file", "/nonexistent/file"], "cannot read"),
+    ],
+)
+def test_bad_input_is_one_clear_line(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code != 0 and out is None
+    assert len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_decode_without_keys_fails_cleanly(capsys):
+    code, _, err = run(capsys, "decode", "--levels", "1", "--text", "some text to check")
+    assert code != 0 and "keys init" in err
+
+
+def test_subprocess_error_has_no_traceback(tmp_path):
+    env = {**os.environ, "HERO_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "verifier.cli", "generate", "--prompt", "x", "--field", "model=-1", "--field", "user=1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("hero: error:") and proc.stdout == ""
+
+
+@pytest.mark.model
+def test_generate_then_decode_round_trip(capsys, smollm2):
+    assert run(capsys, "keys", "init")[0] == 0
+    code, gen, _ = run(
+        capsys,
+        "generate",
+        "--prompt",
+        "The city council met on Tuesday to discuss",
+        "--field",
+        "model=37",
+        "--field",
+        "user=1234",
+        "--max-new-tokens",
+        "160",
+    )
+    assert code == 0 and set(gen) >= {"text", "payload", "key_version"}
+    assert gen["payload"] == {"model": 37, "user": 1234} and gen["key_version"] == "l1-v1"
+    assert "The city council met" not in gen["text"]  # continuation only
+    code, pub, _ = run(capsys, "decode", "--levels", "1", "--text", gen["text"])
+    assert code == 0 and pub["watermarked"] and pub["key_version"] == "l1-v1"
+    assert [lv["level"] for lv in pub["levels"]] == [1] and pub["levels"][0]["fields"] == {"model": 37}
+    assert pub["tokens_scored"] > 100 and 0 <= pub["p_value"] < 1e-4
+    code, full, _ = run(capsys, "decode", "--levels", "1,2", "--text", gen["text"])
+    assert [lv["fields"] for lv in full["levels"]] == [{"model": 37}, {"user": 1234}]
+    assert all(0 <= lv["confidence"] <= 1 for lv in full["levels"])

@@ -1,0 +1,96 @@
+"""The transformers LogitsProcessor: warpers apply before watermarking, batches are left-padded,
+each row carries its own payload, and repeated contexts are left unwatermarked exactly as decoded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import make_keyset
+from verifier.engine.decoder import Decoder
+from verifier.engine.generation import HeroLogitsProcessor, generate_watermarked, make_warpers
+from verifier.engine.profile import default_profile
+
+PROMPTS = ["The minister said on Monday that", "Shares in the technology group rose sharply after the company"]
+
+
+@pytest.mark.model
+def test_top_k_1_is_greedy_even_when_watermarked(smollm2):
+    model, tok = smollm2
+    profile = default_profile()
+    ks = make_keyset(profile)
+    payloads = [{"model": 1, "user": 2}, {"model": 3, "user": 4}]
+    wm = generate_watermarked(model, tok, PROMPTS, payloads, profile, ks, max_new_tokens=12, top_k=1)
+    enc = tok(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        greedy = model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
+    for i, g in enumerate(wm):
+        assert g.token_ids == greedy[i, enc["input_ids"].shape[1] :].tolist()[: len(g.token_ids)]
+
+
+@pytest.mark.model
+def test_top_k_and_temperature_restrict_support(smollm2):
+    model, tok = smollm2
+    profile = default_profile()
+    ks = make_keyset(profile)
+    enc = tok(PROMPTS[:1], return_tensors="pt", add_special_tokens=False)
+    proc = HeroLogitsProcessor(profile, ks, [{"model": 5, "user": 6}], make_warpers(0.7, 3, None))
+    with torch.no_grad():
+        logits = model(**enc).logits[:, -1]
+    top3 = set(logits[0].topk(3).indices.tolist())
+    for _ in range(20):
+        proc.prompt_length = None
+        out = proc(enc["input_ids"], logits.clone())
+        tok_id = int(out[0].argmax())
+        assert tok_id in top3 and torch.isinf(out[0]).sum() == out.shape[1] - 1
+
+
+@pytest.mark.model
+def test_left_padded_batch_each_row_its_own_payload(smollm2):
+    model, tok = smollm2
+    profile = default_profile()
+    ks = make_keyset(profile)
+    payloads = [{"model": 101, "user": 2002}, {"model": 3003, "user": 44}]
+    gens = generate_watermarked(
+        model,
+        tok,
+        PROMPTS,
+        payloads,
+        profile,
+        ks,
+        max_new_tokens=160,
+        min_new_tokens=160,
+        generator=torch.Generator().manual_seed(3),
+    )
+    dec = Decoder(profile, {1: [ks.tables[0]], 2: [ks.tables[1]]})
+    res = dec.decode_ids([g.token_ids for g in gens])
+    for r, p in zip(res, payloads, strict=True):
+        assert r.watermarked
+        assert r.levels[0].fields == {"model": p["model"]} and r.levels[1].fields == {"user": p["user"]}
+
+
+def test_processor_rejects_mismatched_inputs():
+    profile = default_profile()
+    ks = make_keyset(profile)
+    proc = HeroLogitsProcessor(profile, ks, [{"model": 1, "user": 1}])
+    with pytest.raises(ValueError, match="payloads"):
+        proc(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, profile.vocab_size))
+    with pytest.raises(ValueError, match="vocab_size"):
+        proc(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 100))
+    with pytest.raises(ValueError, match="temperature"):
+        make_warpers(0.0)
+
+
+def test_repeated_contexts_unwatermarked_and_recorded_only_inside_continuation():
+    profile = default_profile()
+    ks = make_keyset(profile)
+    proc = HeroLogitsProcessor(profile, ks, [{"model": 1, "user": 1}])
+    prompt = torch.tensor([[5, 6, 7, 8]])
+    scores = torch.zeros(1, profile.vocab_size)
+    seq = prompt
+    for _ in range(12):  # force a periodic continuation: 1 2 3 4 1 2 3 4 ...
+        proc(seq, scores)
+        nxt = torch.tensor([[1 + (seq.shape[1] - 4) % 4]])
+        seq = torch.cat([seq, nxt], dim=1)
+    # continuation contexts seen: (1,2,3,4),(2,3,4,1),(3,4,1,2),(4,1,2,3) and nothing touching the prompt
+    assert proc.seen[0] == {(1, 2, 3, 4), (2, 3, 4, 1), (3, 4, 1, 2), (4, 1, 2, 3)}

@@ -1,0 +1,136 @@
+"""FastAPI application factory for the HeRo verification service."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from verifier.audit.endpoints import router as audit_router
+from verifier.auth.jwt import TokenVerifier
+from verifier.auth.policy import load_policy
+from verifier.context import ServiceContext
+from verifier.db import Database, upgrade
+from verifier.engine.profile import PROFILES_DIR, load_profile
+from verifier.jobs.base import JobRunner
+from verifier.jobs.inprocess import InProcessJobRunner, default_tokenizer_loader
+from verifier.keys.endpoints import router as keys_router
+from verifier.keys.kek import make_kek_provider
+from verifier.keys.service import DbKeyStore
+from verifier.middleware import AccessLogMiddleware, BodyLimitMiddleware
+from verifier.settings import Settings, get_settings
+from verifier.verify.endpoints import router as verify_router
+
+log = logging.getLogger("hero.app")
+
+
+def resolve_profile(name: str):
+    path = PROFILES_DIR / f"{name}.yaml"
+    return load_profile(path if path.exists() else name)
+
+
+def build_context(
+    settings: Settings,
+    *,
+    tokenizer_loader: Callable[[str], Any] | None = None,
+    runner: JobRunner | None = None,
+) -> ServiceContext:
+    if settings.should_auto_migrate:
+        upgrade(settings.db_url)
+    db = Database(settings.db_url)
+    store = DbKeyStore(db, make_kek_provider(settings))
+    profile = resolve_profile(settings.profile)
+    if runner is None:
+        runner = InProcessJobRunner(store, resolve_profile, tokenizer_loader or default_tokenizer_loader)
+    return ServiceContext(
+        settings=settings,
+        db=db,
+        store=store,
+        tokens=TokenVerifier(settings),
+        policy=load_policy(settings.roles_file),
+        profile=profile,
+        runner=runner,
+    )
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")  # never echo the input value
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    tokenizer_loader: Callable[[str], Any] | None = None,
+    runner: JobRunner | None = None,
+) -> FastAPI:
+    settings = settings or get_settings()
+    ctx = build_context(settings, tokenizer_loader=tokenizer_loader, runner=runner)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        ctx.runner.close()
+        ctx.db.dispose()
+
+    app = FastAPI(
+        title="HeRo Verifier",
+        version="0.1.0",
+        description="Selective-disclosure watermark verification. Bearer JWT (EdDSA/ES256); the role decides "
+        "the deepest level disclosed. Every disclosure is recorded in a hash-chained audit log.",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else "request failed"
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # Type only: exception text may quote inputs and must never reach the client or the logs.
+        log.error("unhandled error", extra={"error": exc.__class__.__name__})
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    @app.get("/healthz", tags=["ops"], summary="Liveness")
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], summary="Readiness (database reachable)", responses={503: {}})
+    def readyz() -> Response:
+        try:
+            ctx.db.ping()
+        except Exception as exc:
+            log.warning("database not reachable", extra={"error": exc.__class__.__name__})
+            return JSONResponse({"detail": "database unreachable"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(verify_router)
+    app.include_router(keys_router)
+    app.include_router(audit_router)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(AccessLogMiddleware)
+    return app
+
+
+def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env
+    return create_app(Settings())

@@ -1,0 +1,42 @@
+"""Audit-table queries and the chain lock. Callers own the transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from verifier.audit.models import AuditEventRow
+
+# Arbitrary constant naming the audit chain's advisory lock on PostgreSQL.
+_PG_LOCK_KEY = 0x4845524F_41554454 & 0x7FFFFFFFFFFFFFFF
+
+
+def lock_chain(s: Session) -> None:
+    """Serialise appenders until the end of the transaction.
+
+    PostgreSQL: transaction-scoped advisory lock. SQLite: every transaction is BEGIN IMMEDIATE
+    already (see verifier.db), which holds the database write lock.
+    """
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+
+
+def head(s: Session) -> AuditEventRow | None:
+    return s.scalars(select(AuditEventRow).order_by(AuditEventRow.idx.desc()).limit(1)).first()
+
+
+def page(s: Session, after: int, limit: int) -> list[AuditEventRow]:
+    q = select(AuditEventRow).where(AuditEventRow.idx > after).order_by(AuditEventRow.idx).limit(limit)
+    return list(s.scalars(q))
+
+
+def iterate(s: Session, batch: int = 1000) -> Iterator[AuditEventRow]:
+    after = 0
+    while True:
+        rows = page(s, after, batch)
+        if not rows:
+            return
+        yield from rows
+        after = rows[-1].idx

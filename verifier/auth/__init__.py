@@ -1,0 +1,1 @@
+"""Bearer-JWT authentication (asymmetric keys only) and role policy."""

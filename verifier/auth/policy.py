@@ -1,0 +1,60 @@
+"""Role policy from policies/roles.yaml: role -> maximum disclosure level and allowed actions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read"})
+
+
+class PolicyError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    max_level: int | None  # None = all levels of the profile
+    actions: frozenset[str]
+
+    def level_limit(self, depth: int) -> int:
+        return depth if self.max_level is None else min(self.max_level, depth)
+
+
+@dataclass(frozen=True)
+class Policy:
+    roles: dict[str, Role]
+
+    def role(self, name: str) -> Role | None:
+        return self.roles.get(name)
+
+
+def load_policy(path: Path) -> Policy:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise PolicyError(f"cannot read roles file {path}: {exc.strerror}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("roles"), dict) or not data["roles"]:
+        raise PolicyError(f"{path}: expected a non-empty 'roles' mapping")
+    roles = {}
+    for name, spec in data["roles"].items():
+        if not isinstance(name, str) or not isinstance(spec, dict):
+            raise PolicyError(f"{path}: role {name!r} must map to a mapping")
+        raw = spec.get("max_level")
+        if raw == "all":
+            max_level = None
+        elif isinstance(raw, int) and not isinstance(raw, bool) and raw >= 1:
+            max_level = raw
+        else:
+            raise PolicyError(f"{path}: role {name!r}: max_level must be a positive integer or 'all'")
+        actions = spec.get("actions", [])
+        if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+            raise PolicyError(f"{path}: role {name!r}: actions must be a list of strings")
+        unknown = set(actions) - ACTIONS
+        if unknown:
+            raise PolicyError(f"{path}: role {name!r}: unknown actions {sorted(unknown)}")
+        roles[name] = Role(name, max_level, frozenset(actions))
+    return Policy(roles)

@@ -1,0 +1,7 @@
+"""`python -m verifier.cli` == `hero`."""
+
+import sys
+
+from verifier.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Watermark keys at rest: envelope-encrypted master secrets in the database (DbKeyStore)."""

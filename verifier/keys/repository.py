@@ -1,0 +1,51 @@
+"""Queries on key-version rows. Callers own the transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from verifier.keys.models import KeyVersionRow
+
+
+def list_versions(s: Session, profile: str, max_level: int | None = None) -> list[KeyVersionRow]:
+    q = select(KeyVersionRow).where(KeyVersionRow.profile == profile)
+    if max_level is not None:
+        # Least privilege at the query: rows above the caller's level are never even read.
+        q = q.where(KeyVersionRow.level <= max_level)
+    return list(s.scalars(q.order_by(KeyVersionRow.level, KeyVersionRow.seq)))
+
+
+def level_rows(s: Session, profile: str, level: int, *, for_update: bool = False) -> list[KeyVersionRow]:
+    q = (
+        select(KeyVersionRow)
+        .where(KeyVersionRow.profile == profile, KeyVersionRow.level == level)
+        .order_by(KeyVersionRow.seq)
+    )
+    if for_update:
+        q = q.with_for_update()
+    return list(s.scalars(q))
+
+
+def next_seq(s: Session, profile: str, level: int) -> int:
+    cur = s.scalar(
+        select(func.max(KeyVersionRow.seq)).where(KeyVersionRow.profile == profile, KeyVersionRow.level == level)
+    )
+    return int(cur or 0) + 1
+
+
+def get_version(s: Session, profile: str, version: str, *, for_update: bool = False) -> KeyVersionRow | None:
+    q = select(KeyVersionRow).where(KeyVersionRow.profile == profile, KeyVersionRow.version == version)
+    if for_update:
+        q = q.with_for_update()
+    return s.scalars(q).first()
+
+
+def count_profile(s: Session, profile: str) -> int:
+    return int(s.scalar(select(func.count()).select_from(KeyVersionRow).where(KeyVersionRow.profile == profile)) or 0)
+
+
+def all_sealed(s: Session) -> list[KeyVersionRow]:
+    return list(
+        s.scalars(select(KeyVersionRow).where(KeyVersionRow.ciphertext.is_not(None)).with_for_update())
+    )

@@ -1,0 +1,42 @@
+"""Structured (JSON-lines) logging. Only whitelisted `extra` fields are emitted; never key material."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+SAFE_FIELDS = (
+    "request_id", "method", "path", "status", "duration_ms", "subject", "role", "profile", "level",
+    "version", "texts", "error", "events", "kek_id",
+)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for k in SAFE_FIELDS:
+            if hasattr(record, k):
+                out[k] = getattr(record, k)
+        if record.exc_info and record.exc_info[0] is not None:
+            out["exc_type"] = record.exc_info[0].__name__  # type only: messages may quote inputs
+        return json.dumps(out, default=str)
+
+
+def configure_logging(level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        lg = logging.getLogger(name)
+        lg.handlers[:] = []
+        lg.propagate = True
+    logging.getLogger("uvicorn.access").setLevel("WARNING")  # our middleware logs requests

@@ -1,0 +1,13 @@
+"""Prometheus metrics (process-wide default registry), exposed on /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+REQUESTS = Counter("hero_http_requests_total", "HTTP requests", ["method", "route", "status"])
+REQUEST_SECONDS = Histogram("hero_http_request_seconds", "HTTP request latency", ["method", "route"])
+VERIFY_SECONDS = Histogram("hero_verify_seconds", "Time to decode one /v1/verify request")
+VERIFY_TEXTS = Counter("hero_verify_texts_total", "Texts verified", ["outcome"])
+DISCLOSURES = Counter("hero_disclosures_total", "Disclosures recorded in the audit log", ["role", "max_level"])
+AUDIT_FAILURES = Counter("hero_audit_failures_total", "Requests refused because the audit append failed")
+AUTH_FAILURES = Counter("hero_auth_failures_total", "Rejected requests", ["status"])

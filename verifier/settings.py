@@ -1,0 +1,84 @@
+"""Service settings (pydantic-settings, env prefix HERO_). Every variable is documented in docs/service.md."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HERO_", extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path("~/.hero").expanduser())
+    database_url: str | None = None
+    auto_migrate: bool | None = None  # default: True for SQLite (embedded), False otherwise
+    profile: str = "default"
+
+    # Keys at rest
+    kek_provider: Literal["local"] = "local"
+    kek_dir: Path | None = None  # default $HERO_HOME/kek
+
+    # Auth
+    jwks_file: Path | None = None
+    jwks_url: str | None = None
+    jwks_cache_seconds: int = Field(default=300, ge=10, le=86400)
+    jwt_issuer: str = "hero-dev"
+    jwt_audience: str = "hero-verifier"
+    jwt_leeway_seconds: int = Field(default=30, ge=0, le=60)
+    jwt_max_ttl_seconds: int = Field(default=86400, ge=60)
+    jwt_role_claim: str = "role"
+    roles_file: Path = REPO_ROOT / "policies" / "roles.yaml"
+    dev_mode: bool = False
+
+    # Limits
+    max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    max_texts: int = Field(default=32, ge=1)
+    max_text_chars: int = Field(default=20_000, ge=1)
+    alpha: float = Field(default=1e-4, gt=0, lt=1)
+
+    # Jobs / serving
+    job_backend: Literal["inprocess"] = "inprocess"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    log_level: str = "INFO"
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return v.expanduser()
+
+    @property
+    def db_url(self) -> str:
+        if self.database_url:
+            url = self.database_url
+            if url.startswith("postgresql://") or url.startswith("postgres://"):
+                url = "postgresql+psycopg://" + url.split("://", 1)[1]
+            return url
+        return f"sqlite:///{self.home / 'hero.db'}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.db_url.startswith("sqlite")
+
+    @property
+    def should_auto_migrate(self) -> bool:
+        return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
+
+    @property
+    def kek_path(self) -> Path:
+        return (self.kek_dir or self.home / "kek").expanduser()
+
+    @property
+    def dev_key_dir(self) -> Path:
+        return self.home / "dev-jwt"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

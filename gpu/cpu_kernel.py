@@ -118,6 +118,7 @@ def segment_scores(
     position_key: tuple[Tensor, Tensor],
     tables: list,
     threads: int | None = None,
+    stride: int = 0,
 ) -> tuple[list[Tensor], Tensor]:
     """CPU tensors in, CPU tensors out: scores [B, K, C_l] float64 per table, counts [B, K] int64."""
     mod = load()
@@ -154,6 +155,7 @@ def segment_scores(
         out.numpy(),
         counts.numpy(),
         default_threads() if threads is None else int(threads),
+        int(stride),
     )
     res, off = [], 0
     for c in sizes:

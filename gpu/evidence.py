@@ -71,6 +71,7 @@ def segment_scores_torch(
     segments: int,
     position_key: tuple[Tensor, Tensor],
     tables: list[LevelKeys],
+    stride: int = 0,
 ) -> tuple[list[Tensor], Tensor]:
     b = ids.shape[0]
     st = scored_tokens(ids, lengths, context_width)
@@ -79,7 +80,7 @@ def segment_scores_torch(
     seg = prf.position_of(s0, s1, segments)
     flat = st.row * segments + seg
     counts = torch.bincount(flat, minlength=b * segments).view(b, segments)
-    paths = routing_paths(st.token, vocab_size, schedule)
+    paths = routing_paths(st.token, vocab_size, schedule, stride)
     out = []
     for table in tables:
         c = table.k0.shape[0]
@@ -124,6 +125,7 @@ def segment_scores(
     position_key: tuple[Tensor, Tensor],
     tables: list[LevelKeys],
     backend: str = "auto",
+    stride: int = 0,
 ) -> tuple[list[Tensor], Tensor]:
     """Per-(row, segment) evidence for every table; see the module docstring. Outputs on ids.device."""
     kwargs = dict(
@@ -133,6 +135,7 @@ def segment_scores(
         segments=segments,
         position_key=position_key,
         tables=tables,
+        stride=stride,
     )
     impl = select_backend(ids.device, backend)
     if impl == "native":

@@ -25,8 +25,30 @@ def chunk_of(size: Tensor, k: int, x: Tensor) -> Tensor:
     return torch.where(in_small, x // a.clamp(min=1), small + (x - boundary) // (a + 1))
 
 
-def routing_paths(tokens: Tensor, vocab_size: int, schedule: tuple[int, ...]) -> Tensor:
+def interleave(x: Tensor, vocab_size: int, stride: int) -> Tensor:
+    """Routing position of tokens under the interleaved layout (spec section 6); stride 0 = identity."""
+    if not stride:
+        return x
+    a, r = divmod(vocab_size, stride)
+    c, q = x % stride, x // stride
+    return c * a + torch.clamp(c, max=r) + q
+
+
+def deinterleave(y: Tensor, vocab_size: int, stride: int) -> Tensor:
+    """Token at routing position y (inverse of `interleave`)."""
+    if not stride:
+        return y
+    a, r = divmod(vocab_size, stride)
+    head = y < r * (a + 1)
+    yt = y - r * (a + 1)
+    c = torch.where(head, y // (a + 1), r + yt // max(a, 1))
+    q = torch.where(head, y % (a + 1), yt % max(a, 1))
+    return q * stride + c
+
+
+def routing_paths(tokens: Tensor, vocab_size: int, schedule: tuple[int, ...], stride: int = 0) -> Tensor:
     """tokens [...] -> chunk-index paths [..., L]: routing chunks, then index in the final chunk."""
+    tokens = interleave(tokens, vocab_size, stride)
     offset = torch.zeros_like(tokens)
     size = torch.full_like(tokens, vocab_size)
     path = []

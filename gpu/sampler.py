@@ -7,11 +7,13 @@ Every row is routed independently; rows with watermark=False draw from the plain
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from gpu import prf
-from gpu.partition import chunk_of, chunk_start
+from gpu.partition import chunk_of, chunk_start, deinterleave
 
 
 def _native(t: Tensor) -> bool:
@@ -63,10 +65,17 @@ def _window_masses(p: Tensor, offset: Tensor, size: Tensor, k: int) -> tuple[Ten
     return torch.zeros(b, k, dtype=p.dtype, device=p.device).scatter_add_(1, cid, w), j
 
 
+@functools.lru_cache(maxsize=8)
+def _routing_order(vocab_size: int, stride: int, device: torch.device) -> Tensor:
+    """perm[y] = token at routing position y (spec section 6)."""
+    return deinterleave(torch.arange(vocab_size, device=device), vocab_size, stride)
+
+
 def route_and_sample(
     logits: Tensor,
     seeds: list[tuple[Tensor, Tensor]],
     schedule: tuple[int, ...],
+    stride: int = 0,
 ) -> Tensor:
     """Alg. C.1 lines 14-27 for every row: `seeds[l]` = PRF(context, K^(l)(m^(l))) as ([B], [B]).
 
@@ -76,6 +85,9 @@ def route_and_sample(
     or float64 when the logits are float64) reduced per chunk, and the last level uses the float64
     logit minus the row maximum. Gumbel noise is float64.
     """
+    if stride:  # interleaved layout: route in routing order, map the winner back to its token id
+        perm = _routing_order(logits.shape[1], stride, logits.device)
+        return perm[route_and_sample(logits.index_select(1, perm), seeds, schedule)]
     b, v = logits.shape
     x = logits if logits.dtype == torch.float64 else logits.to(torch.float32)
     offset = torch.zeros(b, dtype=torch.int64, device=logits.device)
@@ -117,8 +129,10 @@ class HeroSampler:
         table_keys: list[list[bytes]],
         position_key: bytes,
         device: torch.device | str = "cpu",
+        stride: int = 0,
     ) -> None:
         self.schedule = tuple(schedule)
+        self.stride = stride
         self.segments = segments
         self.levels = len(table_keys)
         if self.levels != len(self.schedule) + 1:
@@ -153,7 +167,7 @@ class HeroSampler:
         for level in range(self.levels):
             m = values[:, level]
             seeds.append(_prf_seed(self.k0[level][m], self.k1[level][m], context))
-        tokens = route_and_sample(logits, seeds, self.schedule)
+        tokens = route_and_sample(logits, seeds, self.schedule, self.stride)
         if watermark is not None and not bool(watermark.all()):
             plain_rows = (~watermark).nonzero().squeeze(1)  # only those rows: multinomial is O(V) per row
             probs = torch.softmax(logits[plain_rows].to(torch.float32), dim=-1)

@@ -163,6 +163,7 @@ def segment_scores(
     position_key: tuple[Tensor, Tensor],
     tables: list,
     block: int = 128,
+    stride: int = 0,
 ) -> tuple[list[Tensor], Tensor]:
     """Same contract as gpu.evidence.segment_scores_torch; tensors stay on ids.device."""
     from gpu.evidence import scored_tokens, segment_scores_torch
@@ -171,7 +172,7 @@ def segment_scores(
         raise RuntimeError("Triton is not installed")
     kwargs = dict(
         context_width=context_width, vocab_size=vocab_size, schedule=tuple(schedule), segments=segments,
-        position_key=position_key, tables=tables,
+        position_key=position_key, tables=tables, stride=stride,
     )
     device = ids.device
     b = ids.shape[0]
@@ -186,7 +187,7 @@ def segment_scores(
     counts = torch.zeros(b, segments, dtype=torch.int64, device=device)
     if n:
         msg = torch.stack(prf.context_words(st.context), dim=1).contiguous()  # [N, NW] int64
-        path = routing_paths(st.token, vocab_size, tuple(schedule)).contiguous()  # [N, L]
+        path = routing_paths(st.token, vocab_size, tuple(schedule), stride).contiguous()  # [N, L]
         key0 = torch.cat([t.k0.to(device, torch.int64) for t in tables]).contiguous()
         key1 = torch.cat([t.k1.to(device, torch.int64) for t in tables]).contiguous()
         lvl = torch.tensor([t.level - 1 for t, c in zip(tables, sizes, strict=True) for _ in range(c)],

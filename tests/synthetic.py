@@ -12,7 +12,13 @@ def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed:
     """Returns continuation ids [B, steps] generated with the HeRo sampler (prompt of h random ids)."""
     g = torch.Generator().manual_seed(seed)
     h, v = profile.context_width, profile.vocab_size
-    sampler = HeroSampler(profile.schedule, profile.segments, [list(t.entries) for t in keyset.tables], keyset.position)
+    sampler = HeroSampler(
+        profile.schedule,
+        profile.segments,
+        [list(t.entries) for t in keyset.tables],
+        keyset.position,
+        stride=profile.routing_stride,
+    )
     pay = torch.tensor([encode_payload(profile, p) for p in payloads])
     b = len(payloads)
     ids = torch.randint(0, v, (b, h), generator=g)

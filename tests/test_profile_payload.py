@@ -52,6 +52,7 @@ def test_segment_bit_layout_msb_first():
         (lambda d: d.update(spec_version=2), "not supported"),
         (lambda d: d.update(levels=[]), "non-empty list"),
         (lambda d: d.update(context_width="4"), "must be an integer"),
+        (lambda d: d.update(routing="random"), "routing must be"),
     ],
 )
 def test_invalid_profiles_have_clear_errors(mutate, message):

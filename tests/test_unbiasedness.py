@@ -18,7 +18,7 @@ DRAWS = 200_000  # per distribution (issue: >= 200k draws over random keys and c
 CHUNK = 1_000
 
 
-def _draw(logits: torch.Tensor, schedule: tuple[int, ...], draws: int, seed: int) -> np.ndarray:
+def _draw(logits: torch.Tensor, schedule: tuple[int, ...], draws: int, seed: int, stride: int = 0) -> np.ndarray:
     g = torch.Generator().manual_seed(seed)
     counts = np.zeros(logits.shape[-1], dtype=np.int64)
     i64 = (-(2**63), 2**63 - 1)
@@ -30,7 +30,7 @@ def _draw(logits: torch.Tensor, schedule: tuple[int, ...], draws: int, seed: int
             k0 = torch.randint(*i64, (b,), generator=g)
             k1 = torch.randint(*i64, (b,), generator=g)
             seeds.append(prf.prf_seed(k0, k1, ctx))
-        tok = route_and_sample(logits.expand(b, -1), seeds, schedule)
+        tok = route_and_sample(logits.expand(b, -1), seeds, schedule, stride)
         counts += np.bincount(tok.numpy(), minlength=logits.shape[-1])
     return counts
 
@@ -77,13 +77,13 @@ def test_sampler_is_unbiased(name, schedule):
         assert _chi2_bins(counts, probs, bins) > 1e-3
 
 
-@pytest.mark.parametrize("schedule", [(), (20, 4, 4), (3, 2)])
-def test_other_depths_unbiased(schedule):
+@pytest.mark.parametrize("schedule,stride", [((), 0), ((20, 4, 4), 0), ((3, 2), 0), ((20,), 20), ((20, 4), 20)])
+def test_other_depths_and_layouts_unbiased(schedule, stride):
     v = 3000
     g = torch.Generator().manual_seed(3)
     logits = (torch.randn(v, generator=g) * 2).unsqueeze(0)
     probs = torch.softmax(logits[0], -1).numpy()
     n = 100_000
-    counts = _draw(logits, schedule, n, seed=5)
+    counts = _draw(logits, schedule, n, seed=5, stride=stride)
     bins = _mass_bins(probs, np.argsort(-probs, kind="stable"), 20.0, n)
     assert _chi2_bins(counts, probs, bins) > 1e-3

@@ -153,3 +153,52 @@ def _softmax(logits):
     m = max(logits)
     z = math.fsum(math.exp(x - m) for x in logits)
     return [math.exp(x - m) / z for x in logits]
+
+
+def test_interleaved_layout_vectors(vectors):
+    from gpu.partition import deinterleave, interleave
+
+    for v in vectors["interleave"]:
+        vocab, stride = v["vocab_size"], v["stride"]
+        toks = [int(t) for t in v["rho"]]
+        assert [R.interleave(t, vocab, stride) for t in toks] == list(v["rho"].values())
+        assert interleave(torch.tensor(toks), vocab, stride).tolist() == list(v["rho"].values())
+        assert deinterleave(torch.tensor(list(v["rho"].values())), vocab, stride).tolist() == toks
+        got = routing_paths(torch.tensor(toks), vocab, (stride,), stride).tolist()
+        assert got == [v["paths"][str(t)] for t in toks]
+        assert [R.routing_path(t, vocab, [stride], stride) for t in toks] == got
+    # a bijection on the whole vocabulary
+    rho = interleave(torch.arange(49152), 49152, 20)
+    assert torch.equal(rho.sort().values, torch.arange(49152))
+
+
+def test_interleaved_sampler_matches_reference(vectors):
+    for v in vectors["sample_interleaved"]:
+        keys = [bytes.fromhex(k) for k in v["keys"]]
+        assert R.hero_sample(_softmax(v["logits"]), v["schedule"], keys, v["context"], v["stride"]) == v["token"]
+        ctx = torch.tensor([v["context"]])
+        seeds = [prf.prf_seed(*[w for w in prf.key_words([k])], ctx) for k in keys]
+        tok = route_and_sample(
+            torch.tensor([v["logits"]], dtype=torch.float64), seeds, tuple(v["schedule"]), v["stride"]
+        )
+        assert int(tok[0]) == v["token"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_interleaved_decode_vectors(vectors, backend):
+    for v in vectors["decode_interleaved"]:
+        pos = bytes.fromhex(v["position_key"])
+        tables = [(t["level"], [bytes.fromhex(k) for k in t["keys"]]) for t in v["tables"]]
+        args = (v["context_width"], v["vocab_size"], v["schedule"], v["segments"], pos, tables, v["stride"])
+        scores, counts = R.segment_scores(v["ids"], *args)
+        assert counts == v["counts"] and scores == v["scores"]
+        pk = prf.key_words([pos])
+        lk = [LevelKeys(lv, *prf.key_words(ks)) for lv, ks in tables]
+        tscores, tcounts = segment_scores(
+            torch.tensor([v["ids"]]), torch.tensor([len(v["ids"])]), context_width=v["context_width"],
+            vocab_size=v["vocab_size"], schedule=tuple(v["schedule"]), segments=v["segments"],
+            position_key=(pk[0][0], pk[1][0]), tables=lk, backend=backend, stride=v["stride"],
+        )
+        assert tcounts[0].tolist() == counts
+        for li, ts in enumerate(tscores):
+            assert torch.allclose(ts[0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)

@@ -104,6 +104,7 @@ typedef struct {
     const int64_t *ids;
     int64_t T, h, vocab, segments, nsched, ntables, ctot;
     const int64_t *schedule, *levels, *sizes;
+    int64_t stride; /* interleaved routing layout (spec section 6); 0 = contiguous */
     const uint64_t *k0, *k1;
     uint64_t pk0, pk1;
     const int64_t *tok_row, *tok_pos; /* scored tokens [n] */
@@ -151,8 +152,16 @@ static void prepare_message(const Work *w, int64_t n, uint64_t *msg, int64_t *to
     *token = ctx[h];
 }
 
+/* Routing position of a token under the interleaved layout: rho(x) = c*a + min(c, r) + q. */
+static inline int64_t interleave(int64_t x, int64_t vocab, int64_t stride) {
+    if (stride <= 0) return x;
+    int64_t a = vocab / stride, r = vocab % stride, c = x % stride, q = x / stride;
+    return c * a + (c < r ? c : r) + q;
+}
+
 static void routing_path(const Work *w, int64_t token, int64_t *path) {
     int64_t offset = 0, size = w->vocab;
+    token = interleave(token, w->vocab, w->stride);
     for (int64_t l = 0; l < w->nsched; l++) {
         int64_t k = w->schedule[l];
         int64_t i = chunk_of(size, k, token - offset);
@@ -309,14 +318,15 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
     Py_ssize_t B, T, h, vocab, segments;
     unsigned long long pk0, pk1;
     int nthreads;
-    if (!PyArg_ParseTuple(args, "y*y*nnnny*nKKy*y*y*y*w*w*i", &ids, &lengths, &B, &T, &h, &vocab, &schedule,
-                          &segments, &pk0, &pk1, &levels, &sizes, &k0, &k1, &out, &counts, &nthreads))
+    Py_ssize_t stride = 0;
+    if (!PyArg_ParseTuple(args, "y*y*nnnny*nKKy*y*y*y*w*w*i|n", &ids, &lengths, &B, &T, &h, &vocab, &schedule,
+                          &segments, &pk0, &pk1, &levels, &sizes, &k0, &k1, &out, &counts, &nthreads, &stride))
         return NULL;
     PyObject *result = NULL;
     int64_t *tok_row = NULL, *tok_pos = NULL, *seg = NULL, *table = NULL;
     double *ev = NULL;
     int64_t nsched = schedule.len / 8, ntables = levels.len / 8, ctot = 0;
-    if (B < 0 || T < 0 || h < 1 || h > 16 || vocab < 1 || segments < 1 || nsched > 62) {
+    if (B < 0 || T < 0 || h < 1 || h > 16 || vocab < 1 || segments < 1 || nsched > 62 || stride < 0) {
         PyErr_SetString(PyExc_ValueError, "bad shape or parameter");
         goto done;
     }
@@ -353,7 +363,7 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
             goto done;
         }
         Work w = {pids, T, h, vocab, segments, nsched, ntables, ctot, schedule.buf, levels.buf, sizes.buf,
-                  k0.buf, k1.buf, (uint64_t)pk0, (uint64_t)pk1, tok_row, tok_pos, seg, ev};
+                  stride, k0.buf, k1.buf, (uint64_t)pk0, (uint64_t)pk1, tok_row, tok_pos, seg, ev};
         int64_t n;
         Py_BEGIN_ALLOW_THREADS
         n = select_tokens(pids, plen, B, T, h, tok_row, tok_pos, table, cap);

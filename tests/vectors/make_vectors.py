@@ -7,6 +7,7 @@ The file is frozen: once released, a change to any value is a breaking change of
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -84,7 +85,6 @@ def main() -> None:
         for _ in range(4):
             logits = [rng.gauss(0, 2) for _ in range(vocab)]
             m = max(logits)
-            import math
 
             z = sum(math.exp(x - m) for x in logits)
             probs = [math.exp(x - m) / z for x in logits]
@@ -124,6 +124,36 @@ def main() -> None:
                 "scored_positions": R.scored_positions(ids, h),
             }
         )
+    # Interleaved routing layout (spec section 6), appended so earlier vectors stay byte-identical.
+    v["interleave"] = []
+    for vocab, stride in [(49152, 20), (32000, 20), (262144, 20), (100, 7), (21, 20)]:
+        toks = sorted({0, 1, stride - 1, stride, vocab - 1, *[rng.randrange(vocab) for _ in range(10)]})
+        v["interleave"].append({"vocab_size": vocab, "stride": stride,
+                                "rho": {str(t): R.interleave(t, vocab, stride) for t in toks},
+                                "paths": {str(t): R.routing_path(t, vocab, [stride], stride) for t in toks}})
+    v["sample_interleaved"] = []
+    for vocab, sched in [(64, [4]), (200, [20]), (97, [5, 3])]:
+        for _ in range(3):
+            logits = [rng.gauss(0, 2) for _ in range(vocab)]
+            m = max(logits)
+            z = sum(math.exp(x - m) for x in logits)
+            probs = [math.exp(x - m) / z for x in logits]
+            keys = [rb(16) for _ in range(len(sched) + 1)]
+            ctx = [rng.randrange(vocab) for _ in range(4)]
+            v["sample_interleaved"].append({"logits": logits, "schedule": sched, "stride": sched[0],
+                                            "keys": [hexb(k) for k in keys], "context": ctx,
+                                            "token": R.hero_sample(probs, sched, keys, ctx, sched[0])})
+    v["decode_interleaved"] = []
+    for vocab, sched, bits, segs, h in [(49152, [20], [2, 2], 6, 4), (500, [5, 3], [1, 2, 1], 3, 2)]:
+        ids = [rng.randrange(vocab) for _ in range(40)]
+        ids += ids[10:18]
+        pos = rb(16)
+        tables = [(lv + 1, [rb(16) for _ in range(1 << b)]) for lv, b in enumerate(bits)]
+        scores, counts = R.segment_scores(ids, h, vocab, sched, segs, pos, tables, sched[0])
+        v["decode_interleaved"].append({"vocab_size": vocab, "schedule": sched, "stride": sched[0], "segments": segs,
+                                        "context_width": h, "ids": ids, "position_key": hexb(pos),
+                                        "tables": [{"level": lv, "keys": [hexb(k) for k in ks]} for lv, ks in tables],
+                                        "scores": scores, "counts": counts})
     OUT.write_text(json.dumps(v, indent=1) + "\n")
     print(f"wrote {OUT}")
 

@@ -163,6 +163,7 @@ class Decoder:
             segments=self.profile.segments,
             position_key=(pk[0][0], pk[1][0]),
             tables=lk,
+            stride=self.profile.routing_stride,
         )
 
     def _position_key(self, version: str) -> bytes:

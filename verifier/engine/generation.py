@@ -66,6 +66,7 @@ class HeroLogitsProcessor(LogitsProcessor):
             [list(t.entries) for t in keyset.tables],
             keyset.position,
             self.device,
+            stride=profile.routing_stride,
         )
         self.payload = torch.tensor(
             [encode_payload(profile, p) for p in payloads], dtype=torch.int64, device=self.device

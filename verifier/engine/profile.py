@@ -45,6 +45,7 @@ class Profile:
     context_width: int = 4
     tokenizer: str = "smollm2"
     spec_version: int = 1
+    routing: str = "contiguous"  # vocabulary layout for chunk routing: contiguous | interleaved
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -55,6 +56,11 @@ class Profile:
     def schedule(self) -> tuple[int, ...]:
         """Chunk schedule (K_1, ..., K_{L-1})."""
         return tuple(int(lv.chunks) for lv in self.levels[:-1])  # type: ignore[arg-type]
+
+    @property
+    def routing_stride(self) -> int:
+        """Stride of the interleaved layout (K_1), or 0 for the paper's contiguous chunks."""
+        return self.schedule[0] if self.routing == "interleaved" and self.schedule else 0
 
     @property
     def bits_per_level(self) -> tuple[int, ...]:
@@ -88,6 +94,7 @@ class Profile:
             "context_width": self.context_width,
             "segments": self.segments,
             "tokenizer": self.tokenizer,
+            "routing": self.routing,
             "levels": [
                 {
                     "bits": lv.bits,
@@ -178,6 +185,9 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
         raise ProfileError(
             f"{where}: chunk schedule product {routed} exceeds vocab_size {vocab}; use fewer or smaller chunks"
         )
+    routing = data.get("routing", "contiguous")
+    if routing not in ("contiguous", "interleaved"):
+        raise ProfileError(f"{where}: routing must be 'contiguous' or 'interleaved', got {routing!r}")
     tokenizer = data.get("tokenizer", "smollm2")
     if not isinstance(tokenizer, str):
         raise ProfileError(f"{where}: 'tokenizer' must be a string")
@@ -189,6 +199,7 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
         context_width=h,
         tokenizer=tokenizer,
         spec_version=spec_version,
+        routing=routing,
     )
 
 
@@ -217,6 +228,7 @@ def make_profile(
     schedule: tuple[int, ...] | None = None,
     context_width: int = 4,
     name: str | None = None,
+    routing: str = "contiguous",
 ) -> Profile:
     """Programmatic profile HeRo^L(bits) carrying `total_bits` (one field per level)."""
     per_seg = sum(bits)
@@ -239,5 +251,6 @@ def make_profile(
             "context_width": context_width,
             "segments": segments,
             "levels": levels,
+            "routing": routing,
         }
     )

@@ -163,8 +163,38 @@ def chunk_of(size: int, k: int, x: int) -> int:
     return small + (x - small * a) // (a + 1)
 
 
-def routing_path(token: int, vocab_size: int, schedule: Sequence[int]) -> list[int]:
-    """Chunk-index path (s_1, ..., s_L) of a token: routing chunks, then index in the final chunk."""
+def interleave(x: int, vocab_size: int, stride: int) -> int:
+    """Routing order of token x under the interleaved layout (stride S = K_1; 0 = identity).
+
+    Tokens are listed by residue class c = x mod S, then by q = x div S: rho(x) = c*a + min(c, r) + q
+    with V = a*S + r. Frequent tokens (low ids in BPE vocabularies) are spread over all level-1 chunks.
+    """
+    if not stride:
+        return x
+    a, r = divmod(vocab_size, stride)
+    c, q = x % stride, x // stride
+    return c * a + min(c, r) + q
+
+
+def deinterleave(y: int, vocab_size: int, stride: int) -> int:
+    """Inverse of `interleave`: the token at routing position y."""
+    if not stride:
+        return y
+    a, r = divmod(vocab_size, stride)
+    if y < r * (a + 1):
+        c, q = divmod(y, a + 1)
+    else:
+        c, q = divmod(y - r * (a + 1), a)
+        c += r
+    return q * stride + c
+
+
+def routing_path(token: int, vocab_size: int, schedule: Sequence[int], stride: int = 0) -> list[int]:
+    """Chunk-index path (s_1, ..., s_L) of a token: routing chunks, then index in the final chunk.
+
+    The contiguous partition applies to the token's routing position `interleave(token)`.
+    """
+    token = interleave(token, vocab_size, stride)
     offset, size, path = 0, vocab_size, []
     for k in schedule:
         i = chunk_of(size, k, token - offset)
@@ -183,11 +213,15 @@ def hero_sample(
     schedule: Sequence[int],
     level_keys: Sequence[bytes],
     context: Sequence[int],
+    stride: int = 0,
 ) -> int:
     """Reference HeRo Gumbel-max step: routing by chunk mass, then Gumbel-max inside the chunk.
 
     `level_keys[l]` is the key-table entry K^(l)(m^(l)) selected by the payload for this position.
+    With an interleaved layout the vocabulary is first put in routing order.
     """
+    v = len(probs)
+    probs = [probs[deinterleave(y, v, stride)] for y in range(v)]
     offset, size = 0, len(probs)
     for level, k in enumerate(schedule):
         seed = prf_seed(level_keys[level], context)
@@ -211,7 +245,7 @@ def hero_sample(
         g = math.log(p) - math.log(-math.log(uniform(seed, j)))
         if g > best:
             best, best_j = g, j
-    return offset + best_j
+    return deinterleave(offset + best_j, v, stride)
 
 
 # --- decoding (one text) -----------------------------------------------------------------------
@@ -238,6 +272,7 @@ def segment_scores(
     segments: int,
     pos_key: bytes,
     tables: Sequence[tuple[int, Sequence[bytes]]],
+    stride: int = 0,
 ) -> tuple[list[list[list[float]]], list[int]]:
     """Per level in `tables` ((level, entry keys)): scores[k][a] summed evidence; counts[k] tokens."""
     counts = [0] * segments
@@ -246,7 +281,7 @@ def segment_scores(
         ctx = ids[t - h : t]
         k = position(prf_seed(pos_key, ctx), segments)
         counts[k] += 1
-        path = routing_path(ids[t], vocab_size, schedule)
+        path = routing_path(ids[t], vocab_size, schedule, stride)
         for li, (level, keys) in enumerate(tables):
             for a, key in enumerate(keys):
                 scores[li][k][a] += evidence(random_u32(prf_seed(key, ctx), path[level - 1]))

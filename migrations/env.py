@@ -7,6 +7,7 @@ from logging.config import fileConfig
 from alembic import context
 
 import verifier.audit.models
+import verifier.jobs.models
 import verifier.keys.models  # noqa: F401  (register tables on Base.metadata)
 from verifier.db import Base, make_engine
 from verifier.settings import Settings

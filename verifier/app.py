@@ -20,6 +20,7 @@ from verifier.context import ServiceContext
 from verifier.db import Database, upgrade
 from verifier.engine.profile import PROFILES_DIR, load_profile
 from verifier.jobs.base import JobRunner
+from verifier.jobs.endpoints import router as jobs_router
 from verifier.jobs.inprocess import InProcessJobRunner, default_tokenizer_loader
 from verifier.keys.endpoints import router as keys_router
 from verifier.keys.kek import make_kek_provider
@@ -49,15 +50,38 @@ def build_context(
     profile = resolve_profile(settings.profile)
     if runner is None:
         runner = InProcessJobRunner(store, resolve_profile, tokenizer_loader or default_tokenizer_loader)
+    policy = load_policy(settings.roles_file)
     return ServiceContext(
         settings=settings,
         db=db,
         store=store,
         tokens=TokenVerifier(settings),
-        policy=load_policy(settings.roles_file),
+        policy=policy,
         profile=profile,
         runner=runner,
+        jobs=_job_dispatcher(settings, db, store, policy, runner, tokenizer_loader),
     )
+
+
+def _job_dispatcher(settings: Settings, db, store, policy, runner, tokenizer_loader):
+    """Celery when HERO_BROKER_URL is set, else drains in this process (same code path)."""
+    if settings.broker_url:
+        from verifier.jobs.dispatch import CeleryDispatcher
+
+        return CeleryDispatcher(settings)
+    from verifier.jobs.dispatch import InProcessDispatcher
+    from verifier.jobs.drain import DrainContext
+
+    tok = getattr(runner, "tokenizer", None) or (tokenizer_loader or default_tokenizer_loader)
+
+    def make() -> DrainContext:
+        return DrainContext(
+            db=db, store=store, profiles=resolve_profile, tokenizer=tok, policy=policy, worker="api-inprocess",
+            batch_size=settings.job_batch_size, lease_s=settings.job_lease_seconds,
+            max_attempts=settings.job_max_attempts,
+        )
+
+    return InProcessDispatcher(make)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -80,6 +104,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        ctx.jobs.close()
         ctx.runner.close()
         ctx.db.dispose()
 
@@ -111,13 +136,19 @@ def create_app(
     def healthz() -> dict:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["ops"], summary="Readiness (database reachable)", responses={503: {}})
+    @app.get("/readyz", tags=["ops"], summary="Readiness (database and, if configured, broker reachable)",
+             responses={503: {}})
     def readyz() -> Response:
         try:
             ctx.db.ping()
         except Exception as exc:
             log.warning("database not reachable", extra={"error": exc.__class__.__name__})
             return JSONResponse({"detail": "database unreachable"}, status_code=503)
+        try:
+            ctx.jobs.ping()
+        except Exception as exc:
+            log.warning("broker not reachable", extra={"error": exc.__class__.__name__})
+            return JSONResponse({"detail": "broker unreachable"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
     @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
@@ -125,9 +156,12 @@ def create_app(
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(verify_router)
+    app.include_router(jobs_router)
     app.include_router(keys_router)
     app.include_router(audit_router)
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, limit=settings.max_body_bytes, overrides={"/v1/jobs": settings.job_max_body_bytes}
+    )
     app.add_middleware(AccessLogMiddleware)
     return app
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from verifier.auth.jwt import TokenVerifier
 from verifier.auth.policy import Policy
@@ -22,6 +23,7 @@ class ServiceContext:
     policy: Policy
     profile: Profile
     runner: JobRunner
+    jobs: Any = None  # verifier.jobs.dispatch.InProcessDispatcher | CeleryDispatcher
 
     def __repr__(self) -> str:
         return f"ServiceContext(profile={self.profile.name!r}, db={self.db.dialect})"

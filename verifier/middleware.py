@@ -27,21 +27,23 @@ async def _send_json(send, status: int, detail: str) -> None:
 class BodyLimitMiddleware:
     """Rejects bodies over `limit` bytes: by Content-Length up front, else by counting the stream."""
 
-    def __init__(self, app, limit: int) -> None:
+    def __init__(self, app, limit: int, overrides: dict[str, int] | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.overrides = dict(overrides or {})  # exact path -> limit (e.g. /v1/jobs takes corpora)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        msg = f"request body too large (limit {self.limit} bytes)"
+        limit = self.overrides.get(scope.get("path", ""), self.limit)
+        msg = f"request body too large (limit {limit} bytes)"
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     n = int(value)
                 except ValueError:
                     return await _send_json(send, 400, "invalid Content-Length header")
-                if n > self.limit:
+                if n > limit:
                     return await _send_json(send, 413, msg)
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
@@ -52,7 +54,7 @@ class BodyLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.limit:
+            if size > limit:
                 return await _send_json(send, 413, msg)
             chunks.append(chunk)
             if not message.get("more_body", False):

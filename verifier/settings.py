@@ -43,7 +43,17 @@ class Settings(BaseSettings):
     alpha: float = Field(default=1e-4, gt=0, lt=1)
 
     # Jobs / serving
-    job_backend: Literal["inprocess"] = "inprocess"
+    job_backend: Literal["inprocess"] = "inprocess"  # /v1/verify runner; /v1/jobs go to Celery when broker_url is set
+    broker_url: str | None = None  # e.g. redis://127.0.0.1:6379/0: /v1/jobs run on Celery workers (`hero worker`)
+    job_max_texts: int = Field(default=100_000, ge=1)
+    job_max_body_bytes: int = Field(default=64_000_000, ge=1024)
+    job_batch_size: int = Field(default=32, ge=1, le=4096)
+    job_lease_seconds: float = Field(default=60.0, gt=0)
+    job_stale_seconds: float = Field(default=120.0, gt=0)  # re-enqueue a job untouched for this long
+    job_recover_interval_seconds: float = Field(default=30.0, gt=0)
+    job_max_attempts: int = Field(default=5, ge=1)
+    broker_visibility_timeout: int = Field(default=3600, ge=1)
+    worker_device: str = "auto"  # auto: cuda when available, else cpu
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: str = "INFO"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read"})
+ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all"})
 
 
 class PolicyError(ValueError):

@@ -1,4 +1,4 @@
-"""The decode task body, shared by the in-process runner and (later) Celery workers."""
+"""The decode task body, shared by the in-process runner, in-process jobs and Celery workers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import Profile
-from verifier.keys.service import DbKeyStore
+from verifier.keys.service import DbKeyStore, VerificationMaterial
 
 
 class LockedTokenizer:
@@ -39,6 +39,13 @@ def run_decode(
     store: DbKeyStore, profile: Profile, texts: list[str], max_level: int, alpha: float, tokenizer
 ) -> list[dict]:
     material = store.verification_material(profile, max_level)  # decrypts levels <= max_level only
+    return decode_with_material(material, profile, texts, alpha, tokenizer)
+
+
+def decode_with_material(
+    material: VerificationMaterial, profile: Profile, texts: list[str], alpha: float, tokenizer, device: str = "cpu"
+) -> list[dict]:
+    """Decode with key material the caller already fetched (workers fetch it through one audited function)."""
     if not material.tables:
         return [
             {
@@ -52,7 +59,7 @@ def run_decode(
             for _ in texts
         ]
     missing = dict(material.missing)
-    decoder = Decoder(profile, material.tables, alpha=alpha, unavailable=material.unavailable)
+    decoder = Decoder(profile, material.tables, alpha=alpha, unavailable=material.unavailable, device=device)
     del material  # drop our references to the tables as soon as the decoder holds them
     out = []
     for res in decoder.decode_texts(texts, tokenizer):

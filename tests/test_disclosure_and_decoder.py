@@ -42,6 +42,7 @@ def test_full_keys_decode_both_levels(corpus):
             a, b = bit_errors(PROFILE, lv, r.levels[lv - 1].fields, p)
             ok[lv - 1] += a
             tot[lv - 1] += b
+    print(f"\nfull keys: level-1 bit acc {ok[0] / tot[0]:.4f}, level-2 {ok[1] / tot[1]:.4f} over {tot[1]} bits each")
     assert ok[0] / tot[0] > 0.95 and ok[1] / tot[1] > 0.9
 
 
@@ -58,6 +59,7 @@ def test_public_only_verifier_decodes_private_bits_at_chance(corpus):
         a, b = bit_errors(PROFILE, 2, r.levels[1].fields, p)
         ok += a
         tot += b
+    print(f"\npublic-only, guessed level-2 table: private bit acc {ok / tot:.4f} over {tot} bits")
     assert tot >= 2000 and abs(ok / tot - 0.5) <= 0.03
     # Attack 2: public verifier knows positions and paths; majority vote of the within-chunk index.
     ok = tot = 0
@@ -73,6 +75,7 @@ def test_public_only_verifier_decodes_private_bits_at_chance(corpus):
             true_v = (p["level2"] >> (2 * (PROFILE.segments - 1 - k))) & 3
             ok += (guess_v >> 1 == true_v >> 1) + ((guess_v & 1) == (true_v & 1))
             tot += 2
+    print(f"public-only, majority vote of within-chunk index: private bit acc {ok / tot:.4f} over {tot} bits")
     assert abs(ok / tot - 0.5) <= 0.03
 
 
@@ -82,6 +85,7 @@ def test_null_pvalues_uniform_and_no_false_detection():
     texts = rng.integers(0, PROFILE.vocab_size, size=(400, 200)).tolist()
     res = Decoder(PROFILE, {1: [ks.tables[0]], 2: [ks.tables[1]]}).decode_ids(texts)
     p = np.array([r.p_value for r in res])
+    print(f"\nnull: KS p {sps.kstest(p, 'uniform').pvalue:.3f}, detections at 1e-3: {(p < 1e-3).sum()} / {len(p)}")
     assert sps.kstest(p, "uniform").pvalue > 1e-3
     # Bin(400, 1e-3): P[X >= 4] < 2e-3.
     assert (p < 1e-3).sum() <= 3

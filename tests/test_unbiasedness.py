@@ -73,8 +73,9 @@ def test_sampler_is_unbiased(name, schedule):
     by_mass = _mass_bins(probs, np.argsort(-probs, kind="stable"), 20.0, DRAWS)
     contiguous = _mass_bins(probs, np.arange(V), 20.0, DRAWS)  # aligned with the chunk structure
     strided = _mass_bins(probs, np.argsort(np.arange(V) % 997, kind="stable"), 20.0, DRAWS)
-    for bins in (by_mass, contiguous, strided):
-        assert _chi2_bins(counts, probs, bins) > 1e-3
+    pvals = [_chi2_bins(counts, probs, bins) for bins in (by_mass, contiguous, strided)]
+    print(f"\n{name}: chi-square p (by mass, contiguous, strided) = {', '.join(f'{p:.3f}' for p in pvals)}")
+    assert min(pvals) > 1e-3
 
 
 @pytest.mark.parametrize("schedule,stride", [((), 0), ((20, 4, 4), 0), ((3, 2), 0), ((20,), 20), ((20, 4), 20)])

@@ -9,7 +9,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from verifier.resources import project_root
+
+REPO_ROOT = project_root()
 
 
 class Settings(BaseSettings):

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from verifier.resources import project_root
+
 DEFAULT_FIRST_CHUNKS = 20
 DEFAULT_DEEPER_CHUNKS = 4
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
@@ -213,7 +215,7 @@ def load_profile(path: str | Path) -> Profile:
     return profile_from_dict(data)
 
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "policies" / "profiles"
+PROFILES_DIR = project_root() / "policies" / "profiles"
 
 
 def default_profile() -> Profile:

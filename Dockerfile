@@ -40,7 +40,7 @@ RUN groupadd --system --gid 10001 hero \
 WORKDIR /opt/hero
 COPY .docker-wheels/ /tmp/local-wheels/
 RUN if ls /tmp/local-wheels/torch-*.whl >/dev/null 2>&1; then \
-        $PYTHON -m pip install --no-index --find-links /tmp/local-wheels "torch==${TORCH_VERSION}"; \
+        $PYTHON -m pip install --find-links /tmp/local-wheels "torch==${TORCH_VERSION}"; \
     else \
         $PYTHON -m pip install "torch==${TORCH_VERSION}" --index-url "$TORCH_INDEX_URL" --extra-index-url https://pypi.org/simple; \
     fi \

@@ -12,7 +12,7 @@ def test_default_profile_is_paper_hero2_2_2_24_bits():
     p = default_profile()
     assert p.label() == "HeRo2(2,2)" and p.total_bits == 24 and p.segments == 6
     assert p.schedule == (20,) and p.vocab_size == 49152 and p.context_width == 4
-    assert p.routing == "interleaved" and p.routing_stride == 20
+    assert p.routing == "contiguous" and p.routing_stride == 0
     assert p.field_names() == ["model", "user"] and p.field_level("user") == 2
 
 

@@ -87,7 +87,7 @@ def test_end_to_end(e2e, smollm2):
         assert [lv["level"] for lv in res["levels"]] == [1, 2]
         assert set(res["levels"][0]["fields"]) == {"model"}
         assert set(res["levels"][1]["fields"]) == {"user"}
-        hits.append(res["levels"][1]["fields"] == {"user": pay["user"]})
+        hits.append(_bits_right(res["levels"][1]["fields"].get("user"), pay["user"]))
         assert [lv["key_version"] for lv in res["levels"]] == ["l1-v1", "l2-v1"]
 
     # Rotate both levels; old text still decodes with its version, new text with the new one.
@@ -106,8 +106,9 @@ def test_end_to_end(e2e, smollm2):
         assert res["watermarked"], res
         assert res["key_version"] == f"l1-{v}"
         assert [lv["key_version"] for lv in res["levels"]] == [f"l1-{v}", f"l2-{v}"]
-        hits.append(res["levels"][1]["fields"] == {"user": pay["user"]})
-    assert sum(hits) >= 4, hits  # of 6 decodes
+        hits.append(_bits_right(res["levels"][1]["fields"].get("user"), pay["user"]))
+    # 6 decodes x 12 private bits of ~96-token texts: well above chance (0.5), exactness is probabilistic.
+    assert sum(hits) / (12 * len(hits)) >= 0.8, hits
 
     # Destroy l1-v1 (needs confirmation): old text no longer decodes, and the response says why.
     r = svc.client.post("/v1/keys/1/versions/l1-v1/destroy", headers=admin, json={})
@@ -150,3 +151,10 @@ def test_end_to_end(e2e, smollm2):
     assert len(verifies) == 2 + 2 + 4 + 2 + 2 + 4
     assert all(e["levels"] == [1] for e in verifies if e["role"] == "moderator")
     assert any(e["outcome"] == "undecodable" for e in verifies)
+
+
+def _bits_right(decoded: int | None, truth: int, bits: int = 12) -> int:
+    """How many of the field's bits were decoded correctly (an undecoded field scores 0)."""
+    if decoded is None:
+        return 0
+    return sum(((decoded >> i) & 1) == ((truth >> i) & 1) for i in range(bits))

@@ -10,14 +10,17 @@ ARG BASE_IMAGE=python:3.11-slim
 # --- build stage: compile the C evidence kernel into a wheel (the runtime image has no compiler) ---
 FROM ${BASE_IMAGE} AS build
 ARG PYTHON=python
-RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+# Python headers: the official image ships them; a Debian-python base needs python3-dev.
+RUN apt-get update \
+ && extra=$($PYTHON -c "import os, sysconfig; print('' if os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')) else 'python3-dev')") \
+ && apt-get install -y --no-install-recommends gcc libc6-dev $extra && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY verifier ./verifier
 COPY gpu ./gpu
 COPY workers ./workers
-RUN $PYTHON -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . 2>/dev/null \
- || $PYTHON -m pip wheel --no-deps --wheel-dir /wheels .
+RUN $PYTHON -m pip wheel --no-deps --wheel-dir /wheels . \
+ && $PYTHON -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/*.whl')[0]).namelist(); sys.exit(0 if any('_hero_kernels' in n for n in names) else 'C kernel missing from the wheel')"
 
 # --- runtime stage ---
 FROM ${BASE_IMAGE}

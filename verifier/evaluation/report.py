@@ -70,11 +70,14 @@ def write_report(results: dict, out: Path) -> Path:
             L.append("")
         gem = results["cells"].get("gemma_ppl", {})
         if gem:
-            L.append("### Perplexity under Gemma-3-270m (subset)\n")
-            L.append("| method | n | median PPL [95% CI] |")
-            L.append("|---|---|---|")
+            L.append("### Perplexity under Gemma-3-270m (first texts of the main cell; same prompts for all)\n")
+            gp = _paired_values({n: g.get("values", []) for n, g in gem.items()})
+            L.append("| method | n | median PPL [95% CI] | median log(PPL / PPL_unwatermarked) | Wilcoxon p |")
+            L.append("|---|---|---|---|---|")
             for name, g in gem.items():
-                L.append(f"| {name} | {g['n']} | {_ci(g, 'median')} |")
+                med, pv = gp.get(name, (None, None))
+                extra = f"{med:+.3f} | {pv:.3g}" if med is not None else "— | —"
+                L.append(f"| {name} | {g['n']} | {_ci(g, 'median')} | {extra} |")
             L.append("")
         L.append("## TPR at fixed FPR (threshold from human text)\n")
         L.append("| method | " + " | ".join(f"FPR {f}" for f in FPRS) + " |")
@@ -151,11 +154,23 @@ def write_report(results: dict, out: Path) -> Path:
         L.append("")
     tok = {k: c for k, c in results["cells"].items() if k.startswith("tokens/")}
     if tok:
-        L.append("## 400 new tokens (24 bits)\n")
-        L.append("| method | n | bit acc |")
-        L.append("|---|---|---|")
+        lt = next(iter(tok.values()))["tokens"]
+        L.append(f"## {lt} new tokens (24 bits)\n")
+        L.append(
+            f"Fresh generations of {lt} tokens from the first prompts of the main cell; human texts cut to {lt} "
+            "generator tokens for the thresholds (articles shorter than that stay whole).\n"
+        )
+        L.append("| method | n | bit acc | public | private | PPL median | TPR @ FPR 1e-3 | bit acc, main |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        mains = dict(main)
         for c in tok.values():
-            L.append(f"| {c['method']} | {c['n']} | {_ci(c.get('bit_acc'))} |")
+            t = c.get("tpr", {}).get("0.001")
+            tpr = f"{t['tpr']:.3f} [{t['lo']:.2f}, {t['hi']:.2f}]" if t else "—"
+            L.append(
+                f"| {c['method']} | {c['n']} | {_ci(c.get('bit_acc'))} | {_ci(c.get('public_bit_acc'))} | "
+                f"{_ci(c.get('private_bit_acc'))} | {_ci(c.get('ppl'), 'median')} | {tpr} | "
+                f"{_ci(mains.get(c['method'], {}).get('bit_acc'))} |"
+            )
         L.append("")
     hier = results["cells"].get("hierarchy", {})
     if hier:
@@ -179,6 +194,14 @@ def write_report(results: dict, out: Path) -> Path:
                     f"| {c['bits_name']} | {c['k1']} | {_ci(bt.get('public_bit_acc'))} | "
                     f"{_ci(bt.get('private_bit_acc'))} |"
                 )
+            L.append("")
+        best = _best_k1(hier, results["config"]["tokens"])
+        if best:
+            L.append("Best K_1 per allocation by overall bit accuracy (public and private bits together):\n")
+            L.append("| allocation | " + " | ".join(f"{t} tokens" for t in best["budgets"]) + " |")
+            L.append("|---|" + "---|" * len(best["budgets"]))
+            for bn, row in best["rows"].items():
+                L.append(f"| {bn} | " + " | ".join(f"K_1 = {k} ({v:.3f})" for k, v in row) + " |")
             L.append("")
     rob = results["cells"].get("robustness", {})
     if rob:
@@ -210,23 +233,44 @@ def write_report(results: dict, out: Path) -> Path:
 
 
 def _paired_ppl(main: list[tuple[str, dict]]) -> dict[str, tuple[float, float]]:
-    base = dict(main).get("unwatermarked")
-    if not base or not base.get("gen_ppl"):
+    return _paired_values({name: c.get("gen_ppl") or [] for name, c in main})
+
+
+def _paired_values(values: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """Per-prompt log(PPL / PPL_unwatermarked): median and Wilcoxon signed-rank p (lists aligned by prompt)."""
+    base = values.get("unwatermarked")
+    if not base:
         return {}
     try:
         from scipy.stats import wilcoxon
     except ImportError:
         return {}
     out = {}
-    for name, c in main:
-        if name == "unwatermarked" or not c.get("gen_ppl"):
+    for name, vals in values.items():
+        if name == "unwatermarked" or not vals:
             continue
-        pairs = [(a, b) for a, b in zip(c["gen_ppl"], base["gen_ppl"], strict=False) if a > 0 and b > 0]
+        pairs = [(a, b) for a, b in zip(vals, base, strict=False) if a > 0 and b > 0]
         if len(pairs) < 6:
             continue
         lr = sorted(math.log(a / b) for a, b in pairs)
         out[name] = (lr[len(lr) // 2], float(wilcoxon(lr).pvalue))
     return out
+
+
+def _best_k1(hier: dict, full_tokens: int) -> dict:
+    """For each allocation, the K_1 with the highest overall bit accuracy at each decoded budget."""
+    budgets = [*sorted({int(t) for c in hier.values() for t in c.get("by_tokens", {})}), full_tokens]
+    rows: dict[str, list[tuple[int, float]]] = {}
+    for bn in sorted({c["bits_name"] for c in hier.values()}):
+        cs = [c for c in hier.values() if c["bits_name"] == bn]
+        row = []
+        for t in budgets:
+            src = [(c["k1"], c if t == full_tokens else c.get("by_tokens", {}).get(str(t), {})) for c in cs]
+            scored = [(k, x["bit_acc"]["mean"]) for k, x in src if x.get("bit_acc")]
+            if scored:
+                row.append(max(scored, key=lambda kv: (kv[1], -kv[0])))
+        rows[bn] = row
+    return {"budgets": budgets, "rows": rows}
 
 
 def _plots(results: dict, out: Path) -> list[str]:

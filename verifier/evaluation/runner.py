@@ -34,6 +34,7 @@ from verifier.evaluation.perplexity import LogProbRecorder, ppl_from_logprobs, s
 FPRS = (1e-2, 5e-3, 1e-3, 5e-4)
 CORE = ("HeRo2(2,2)", "MPAC(2)", UNWATERMARKED, "BiMark(20)", "HeRo1(3)")
 ROBUST_METHODS = ("HeRo1(3)", "HeRo2(2,2)", "MPAC(2)", "BiMark(20)")
+LONG_METHODS = ("HeRo2(2,2)", "MPAC(2)", "BiMark(20)", "HeRo1(3)", UNWATERMARKED)
 PAYLOAD_METHODS = ("HeRo2(2,2)", "MPAC(2)", "HeRo1(3)", "BiMark(20)")
 HIER_BITS = ("HeRo2(1,1)", "HeRo2(2,1)", "HeRo2(2,2)")
 
@@ -49,10 +50,10 @@ class Config:
     batch_size: int = 16
     sections: tuple[str, ...] = SECTIONS
     methods: tuple[str, ...] = ALL_METHODS
-    hierarchy_k1: tuple[int, ...] = (5, 20, 80)
+    hierarchy_k1: tuple[int, ...] = (5, 10, 20, 40, 80, 160)
     payload_bits: tuple[int, ...] = (12, 48, 36)
     long_tokens: int = 400
-    gemma_texts: int = 6
+    gemma_texts: int = 48
     public_guesses: int = 16
     budget_minutes: float = 0.0  # 0 = no limit; sections starting past it are skipped
     out: str = "docs/evaluation"
@@ -396,14 +397,17 @@ class Runner:
                 self.put(f"payload/{name}/{bits}", self.evaluate(m, recs, cfg.tokens, humans=False))
 
     def section_tokens(self) -> None:
+        """The main comparison again at `long_tokens` new tokens (fresh generations, not prefixes)."""
         cfg = self.cfg
-        for name in ("HeRo2(2,2)", "MPAC(2)"):
+        for name in LONG_METHODS:
+            if name not in cfg.methods:
+                continue
             if self.over_budget():
                 self.results["skipped"].append(f"tokens:{name}:{cfg.long_tokens}")
                 continue
             m = build_method(name, 24, cfg.seed)
             recs = self.generate(m, cfg.small, cfg.long_tokens, f"{cfg.long_tokens}t")
-            self.put(f"tokens/{name}/{cfg.long_tokens}", self.evaluate(m, recs, cfg.long_tokens, humans=False))
+            self.put(f"tokens/{name}/{cfg.long_tokens}", self.evaluate(m, recs, cfg.long_tokens))
 
     def section_timing(self) -> None:
         """Generation and decode time per token, methods interleaved round-robin so that load changes on a
@@ -451,9 +455,7 @@ class Runner:
         cfg = self.cfg
         gm, gt = load_model("gemma3-270m")
         out = self.results["cells"].setdefault("gemma_ppl", {})
-        for name in self._main_order():
-            if f"main/{name}" not in self.results["cells"]:
-                continue
+        for name in self._main_order():  # generations come from the cache the main section filled
             if self.over_budget():
                 self.results["skipped"].append(f"gemma:{name}")
                 continue
@@ -463,12 +465,17 @@ class Runner:
             have = {}
             if path.exists():
                 have = {json.loads(x)["i"]: json.loads(x)["ppl"] for x in path.read_text().splitlines() if x.strip()}
-            for r in tqdm(recs, desc=f"gemma PPL {name}", file=self.log, leave=False):
-                if r["i"] not in have:
-                    (v,) = score_ppl(gm, gt, [r["prompt"]], [r["text"]], batch_size=1)
-                    have[r["i"]] = v
-                    with path.open("a") as fh:
+            todo = [r for r in recs if r["i"] not in have]
+            bar = tqdm(total=len(todo), desc=f"gemma PPL {name}", file=self.log, leave=False, unit="text")
+            for s in range(0, len(todo), 4):  # right-padded batches of 4: causal, so padding never leaks
+                chunk = todo[s : s + 4]
+                vals = score_ppl(gm, gt, [r["prompt"] for r in chunk], [r["text"] for r in chunk], batch_size=4)
+                with path.open("a") as fh:
+                    for r, v in zip(chunk, vals, strict=True):
+                        have[r["i"]] = v
                         fh.write(json.dumps({"i": r["i"], "ppl": v}) + "\n")
+                bar.update(len(chunk))
+            bar.close()
             vals = [have[r["i"]] for r in recs]
             out[name] = {"values": vals, **metrics.median_ci(vals)}
             self.save()

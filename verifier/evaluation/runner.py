@@ -387,6 +387,8 @@ class Runner:
         cfg = self.cfg
         for bits in cfg.payload_bits:
             for name in PAYLOAD_METHODS:
+                if name not in cfg.methods:
+                    continue
                 if self.over_budget():
                     self.results["skipped"].append(f"payload:{name}:{bits}")
                     continue

@@ -79,8 +79,8 @@ def _int_to_bits(v: int | None, n: int) -> list[int | None]:
 
 
 class HeroMethod(Method):
-    def __init__(self, name: str, bits: tuple[int, ...], total_bits: int, schedule, seed: int):
-        self.profile: Profile = make_profile(bits, total_bits, VOCAB, schedule=schedule)
+    def __init__(self, name: str, bits: tuple[int, ...], total_bits: int, schedule, seed: int, context_width: int = 4):
+        self.profile: Profile = make_profile(bits, total_bits, VOCAB, schedule=schedule, context_width=context_width)
         lob = [lv for lv in range(1, self.profile.depth + 1) for _ in range(self.profile.level_payload_bits(lv))]
         super().__init__(name, total_bits, lob)
         self.keyset = KeySet(
@@ -169,14 +169,20 @@ class Unwatermarked(Method):
         return [Decoded([], 0.0) for _ in ids]
 
 
-def build_method(name: str, total_bits: int, seed: int, schedule: tuple[int, ...] | None = None) -> Method | None:
-    """The method at a payload size, or None if that size does not fit it (e.g. 12 bits for HeRo^8)."""
+def build_method(
+    name: str, total_bits: int, seed: int, schedule: tuple[int, ...] | None = None, context_width: int = 4
+) -> Method | None:
+    """The method at a payload size, or None if that size does not fit it (e.g. 12 bits for HeRo^8).
+
+    A non-default K_1 or context width is part of the label (and so of the keys and the cache file)."""
     if name in HERO_SPECS:
         bits, default_sched = HERO_SPECS[name]
         if total_bits % sum(bits):
             return None
         label = name if schedule is None else f"{name}[K1={schedule[0]}]"
-        return HeroMethod(label, bits, total_bits, schedule or default_sched, seed)
+        if context_width != 4:
+            label += f"[h={context_width}]"
+        return HeroMethod(label, bits, total_bits, schedule or default_sched, seed, context_width)
     key = master(seed, name, 0)
     if name.startswith("MPAC("):
         b = int(name[5:-1])

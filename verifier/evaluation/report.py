@@ -220,6 +220,23 @@ def write_report(results: dict, out: Path) -> Path:
             + (f" (mean fraction of words changed {min(syn):.2f}-{max(syn):.2f})" if syn else "")
             + ". No paraphrase or translation model was available offline, so SYN stands in for RT/DIPPER.\n"
         )
+    abl = results["cells"].get("ablation_context", {})
+    if abl:
+        keys = [k for k in next(iter(abl.values())) if k == "clean" or "@" in k]
+        L.append("### Context-width ablation: is the 20% gap the h = 4 context?\n")
+        L.append(
+            "HeRo²(2,2) keyed on the previous h tokens (h = 4 is the product default and the main cell) and "
+            "MPAC(2) (h = 1), on the same first prompts and with the same attacks.\n"
+        )
+        L.append("| method | h | n | PPL median | " + " | ".join(keys) + " |")
+        L.append("|---|---|---|---|" + "---|" * len(keys))
+        for c in abl.values():
+            L.append(
+                f"| {c['method']} | {c['h']} | {c['n']} | {c['ppl']['median']:.1f} | "
+                + " | ".join(f"{c[k]['mean']:.3f}" for k in keys)
+                + " |"
+            )
+        L.append("")
     if plots:
         L.append("## Plots\n")
         for p in plots:

@@ -339,14 +339,7 @@ class Runner:
                 continue
             m = build_method(name, 24, cfg.seed)
             recs = self.generate(m, cfg.prompts, cfg.tokens, "robust")
-            res: dict = {}
-            for att, fn in attacks.TOKEN_ATTACKS.items():
-                for p in (0.05, 0.1, 0.2):
-                    texts = []
-                    for r in recs:
-                        rng = random.Random(f"{cfg.seed}/{att}/{p}/{r['i']}")
-                        texts.append(self.tok.decode(fn(r["ids"], p, 49152, rng), skip_special_tokens=True))
-                    res[f"{att}@{p}"] = self._bit_stats(m, m.decode(self.retok(texts)), recs)["bit_acc"]
+            res = self._token_attack_accs(m, recs)
             try:
                 for p in (0.15, 0.3):
                     texts, fracs = [], []
@@ -361,6 +354,36 @@ class Runner:
             except attacks.ThesaurusUnavailable as exc:
                 self.say(str(exc))
             self.results["cells"].setdefault("robustness", {})[name] = res
+            self.save()
+        self._context_width_ablation()
+
+    def _token_attack_accs(self, m: Method, recs: list[dict]) -> dict:
+        res: dict = {"clean": self._bit_stats(m, m.decode(self.retok([r["text"] for r in recs])), recs)["bit_acc"]}
+        for att, fn in attacks.TOKEN_ATTACKS.items():
+            for p in (0.05, 0.1, 0.2):
+                texts = []
+                for r in recs:
+                    rng = random.Random(f"{self.cfg.seed}/{att}/{p}/{r['i']}")
+                    texts.append(self.tok.decode(fn(r["ids"], p, 49152, rng), skip_special_tokens=True))
+                res[f"{att}@{p}"] = self._bit_stats(m, m.decode(self.retok(texts)), recs)["bit_acc"]
+        return res
+
+    def _context_width_ablation(self) -> None:
+        """Is HeRo's robustness gap to MPAC the context width? HeRo2(2,2) keyed on h = 1, 2, 4 previous
+        tokens vs MPAC(2) (h = 1), same first `small` prompts, same attacks as above."""
+        cfg = self.cfg
+        out = self.results["cells"].setdefault("ablation_context", {})
+        for name, h in (("HeRo2(2,2)", 1), ("HeRo2(2,2)", 2), ("HeRo2(2,2)", 4), ("MPAC(2)", 1)):
+            if self.over_budget():
+                self.results["skipped"].append(f"ablation:{name}:h={h}")
+                continue
+            m = build_method(name, 24, cfg.seed, context_width=h) if name.startswith("HeRo") else build_method(
+                name, 24, cfg.seed
+            )
+            recs = self.generate(m, cfg.small, cfg.tokens, f"h={h}")
+            cell = self._token_attack_accs(m, recs)
+            cell |= {"method": name, "h": h, "n": len(recs), "ppl": metrics.median_ci([r["gen_ppl"] for r in recs])}
+            out[f"{name}|h={h}"] = cell
             self.save()
 
     def section_hierarchy(self) -> None:

@@ -11,7 +11,7 @@ from verifier.engine.profile import ProfileError, default_profile, make_profile,
 def test_default_profile_is_paper_hero2_2_2_24_bits():
     p = default_profile()
     assert p.label() == "HeRo2(2,2)" and p.total_bits == 24 and p.segments == 6
-    assert p.schedule == (20,) and p.vocab_size == 49152 and p.context_width == 4
+    assert p.schedule == (80,) and p.vocab_size == 49152 and p.context_width == 4
     assert p.routing == "contiguous" and p.routing_stride == 0
     assert p.field_names() == ["model", "user"] and p.field_level("user") == 2
 
@@ -92,3 +92,14 @@ def test_undecoded_segment_gives_null_field_only_where_touched():
         }
     )
     assert decode_fields(two, 1, [1, 2, 3, None, 0, 1]) == {"a": 0b011011, "b": None}
+
+
+def test_paper_k20_profile_differs_from_default_only_in_k1():
+    from verifier.engine.profile import PROFILES_DIR, load_profile
+
+    paper, default = load_profile(PROFILES_DIR / "paper-k20.yaml"), default_profile()
+    assert paper.name == "paper-k20" and paper.schedule == (20,) and default.schedule == (80,)
+    d, q = default.to_dict(), paper.to_dict()
+    d.pop("name"), q.pop("name")
+    d["levels"][0].pop("chunks"), q["levels"][0].pop("chunks")
+    assert d == q

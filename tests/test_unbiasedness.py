@@ -88,3 +88,27 @@ def test_other_depths_and_layouts_unbiased(schedule, stride):
     counts = _draw(logits, schedule, n, seed=5, stride=stride)
     bins = _mass_bins(probs, np.argsort(-probs, kind="stable"), 20.0, n)
     assert _chi2_bins(counts, probs, bins) > 1e-3
+
+
+def test_unmarked_rows_draw_plain_distribution():
+    """Rows with watermark=False (repeated contexts) fall back to plain sampling: exactly P, keys unused."""
+    from gpu.sampler import HeroSampler
+
+    v = 3000
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(v, generator=g) * 2
+    probs = torch.softmax(logits.double(), -1).numpy()
+    tables = [[bytes([lv, i]) * 8 for i in range(4)] for lv in range(2)]
+    sampler = HeroSampler((20,), 6, tables, b"\x07" * 16)
+    b, rounds = 1000, 100
+    ctx = torch.zeros(b, 4, dtype=torch.int64)  # one context for all rows: a watermarked draw would be fixed
+    payload = torch.zeros(b, 6, 2, dtype=torch.int64)
+    mark = torch.arange(b) % 2 == 0  # half the rows watermarked, half plain
+    counts = np.zeros(v, dtype=np.int64)
+    for _ in range(rounds):
+        tok = sampler.sample(logits.expand(b, -1), ctx, payload, mark, generator=g)
+        assert len(set(tok[mark].tolist())) == 1  # same key, context and payload -> the same token
+        counts += np.bincount(tok[~mark].numpy(), minlength=v)
+    n = int(counts.sum())
+    bins = _mass_bins(probs, np.argsort(-probs, kind="stable"), 20.0, n)
+    assert _chi2_bins(counts, probs, bins) > 1e-3

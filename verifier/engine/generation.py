@@ -102,9 +102,8 @@ class HeroLogitsProcessor(LogitsProcessor):
         tokens = self.sampler.sample(
             warped.to(self.device), context, self.payload, mark.to(self.device), self.generator
         )
-        out = torch.full_like(scores, float("-inf"))
-        out.scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
-        return out
+        # In place (as HF's own processors do): no fresh [B, V] allocation per step.
+        return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
 
 
 @dataclass

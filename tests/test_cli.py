@@ -36,6 +36,11 @@ def test_keys_init_prints_versions_never_key_material(capsys, hero_home):
         (["generate", "--prompt", "Hi", "--field", "nope=1"], "unknown field 'nope'"),
         (["generate", "--prompt", "Hi", "--field", "model=4096", "--field", "user=1"], "does not fit in 12 bits"),
         (["generate", "--prompt", "   ", "--field", "model=1", "--field", "user=1"], "empty"),
+        (
+            ["generate", "--prompt", "Hi", "--field", "model=1", "--field", "user=1", "--max-new-tokens", "10",
+             "--min-new-tokens", "20"],
+            "--min-new-tokens must be in 0..--max-new-tokens",
+        ),
         (["decode", "--levels", "1", "--text", "   "], "empty"),
         (["decode", "--levels", "2", "--text", "hello"], "1..n"),
         (["decode", "--levels", "1,x", "--text", "hello"], "integers"),
@@ -79,6 +84,8 @@ def test_generate_then_decode_round_trip(capsys, smollm2):
         "--field",
         "user=1234",
         "--max-new-tokens",
+        "160",
+        "--min-new-tokens",  # fresh random keys each run: without it an early EOS left 42 scored tokens once
         "160",
     )
     assert code == 0 and set(gen) >= {"text", "payload", "key_version"}

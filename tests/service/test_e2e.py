@@ -43,7 +43,8 @@ def _generate(svc, smollm2, payloads):
     keyset = svc.ctx.store.active_keyset(svc.ctx.profile)  # the same store `hero generate` uses
     pays = [payloads[i % 2] for i in range(len(PROMPTS))]
     gens = generate_watermarked(
-        model, tokenizer, PROMPTS, pays, svc.ctx.profile, keyset, max_new_tokens=MAX_NEW_TOKENS
+        model, tokenizer, PROMPTS, pays, svc.ctx.profile, keyset, max_new_tokens=MAX_NEW_TOKENS,
+        min_new_tokens=MAX_NEW_TOKENS,  # random keys each run: no early end-of-text
     )
     h = svc.ctx.profile.context_width
 

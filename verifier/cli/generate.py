@@ -13,6 +13,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", required=True)
     p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE", help="payload field (repeat)")
     p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument(
+        "--min-new-tokens", type=int, default=0, help="no end-of-text before this many tokens (longer = surer decode)"
+    )
     p.add_argument("--model", default="smollm2")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=None)
@@ -29,6 +32,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise ValueError("--prompt is empty")
     if not 1 <= args.max_new_tokens <= 4096:
         raise ValueError("--max-new-tokens must be in 1..4096")
+    if not 0 <= args.min_new_tokens <= args.max_new_tokens:
+        raise ValueError("--min-new-tokens must be in 0..--max-new-tokens")
     keyset = open_store().active_keyset(profile)
     from verifier.engine.generation import generate_watermarked
     from verifier.engine.models import load_model
@@ -42,6 +47,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         profile,
         keyset,
         max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,

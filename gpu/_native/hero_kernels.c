@@ -61,32 +61,6 @@ static inline void siphash128(uint64_t k0, uint64_t k1, const uint64_t *m, int n
     *hi = v0 ^ v1 ^ v2 ^ v3;
 }
 
-/* Stream word j of seed (s0, s1): lane j%4 of Philox4x32-10 block (j/4, 0, s1.lo, s1.hi), key s0. */
-static inline uint32_t philox_word(uint64_t s0, uint64_t s1, uint64_t j) {
-    uint64_t block = j >> 2;
-    uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32);
-    uint32_t c2 = (uint32_t)s1, c3 = (uint32_t)(s1 >> 32);
-    uint32_t k0 = (uint32_t)s0, k1 = (uint32_t)(s0 >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53U * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57U * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9U;
-        k1 += 0xBB67AE85U;
-    }
-    switch (j & 3) {
-        case 0: return c0;
-        case 1: return c1;
-        case 2: return c2;
-        default: return c3;
-    }
-}
-
 /* The whole Philox4x32-10 block `block` of seed (s0, s1): stream words 4*block .. 4*block+3. */
 static inline void philox_block(uint64_t s0, uint64_t s1, uint64_t block, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32);
@@ -108,6 +82,13 @@ static inline void philox_block(uint64_t s0, uint64_t s1, uint64_t block, uint32
     out[1] = c1;
     out[2] = c2;
     out[3] = c3;
+}
+
+/* Stream word j of seed (s0, s1): lane j%4 of Philox4x32-10 block (j/4, 0, s1.lo, s1.hi), key s0. */
+static inline uint32_t philox_word(uint64_t s0, uint64_t s1, uint64_t j) {
+    uint32_t w[4];
+    philox_block(s0, s1, j >> 2, w);
+    return w[j & 3];
 }
 
 /* Chunk index of relative item x in a range of `size` items split into k chunks (sizes differ <= 1). */

@@ -113,8 +113,8 @@ class Service:
         return r.json()
 
 
-@pytest.fixture
-def make_service(hero_home) -> Iterator[Callable[..., Service]]:
+def service_factory(hero_home: Path, cls: type[Service] = Service) -> Iterator[Callable[..., Service]]:
+    """Yields factory(url, **settings) -> cls; closes every client afterwards (shared with tests/workers)."""
     from verifier.app import create_app
 
     clients: list[TestClient] = []
@@ -125,11 +125,16 @@ def make_service(hero_home) -> Iterator[Callable[..., Service]]:
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)
-        return Service(settings, client)
+        return cls(settings, client)
 
     yield factory
     for c in clients:
         c.__exit__(None, None, None)
+
+
+@pytest.fixture
+def make_service(hero_home) -> Iterator[Callable[..., Service]]:
+    yield from service_factory(hero_home)
 
 
 @pytest.fixture

@@ -13,16 +13,15 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from tests.service.conftest import _pg_schema_url
+from tests.service.conftest import Service as ServiceBase
+from tests.service.conftest import _pg_schema_url, cached_tokenizer_loader, service_factory
 
 REPO = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("HERO_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -132,33 +131,11 @@ def redis_server(tmp_path) -> Iterator[RedisServer]:
     srv.stop()
 
 
-_TOK: dict[str, object] = {}
-_TOK_LOCK = threading.Lock()
-
-
-def cached_tokenizer_loader(name: str):
-    from verifier.engine.models import load_tokenizer
-
-    with _TOK_LOCK:
-        if name not in _TOK:
-            _TOK[name] = load_tokenizer(name)
-        return _TOK[name]
-
-
-class Service:
-    def __init__(self, settings, client: TestClient) -> None:
-        self.settings = settings
-        self.client = client
-        self.ctx = client.app.state.ctx
+class Service(ServiceBase):
+    """The service tests' app + client, plus job helpers; tokens default to subject `<role>-1`."""
 
     def auth(self, role: str, sub: str | None = None) -> dict[str, str]:
-        from verifier.auth.devkeys import mint_token
-
-        return {"Authorization": f"Bearer {mint_token(self.settings, role, sub or f'{role}-1', 600)}"}
-
-    def init_keys(self) -> None:
-        r = self.client.post("/v1/keys/init", headers=self.auth("admin"))
-        assert r.status_code == 201, r.text
+        return super().auth(role, sub or f"{role}-1")
 
     def submit(self, texts: list[str], role: str, sub: str | None = None) -> str:
         r = self.client.post("/v1/jobs", headers=self.auth(role, sub), json={"texts": texts})
@@ -192,24 +169,7 @@ class Service:
 
 @pytest.fixture
 def make_service(hero_home) -> Iterator[Callable[..., Service]]:
-    from verifier.app import create_app
-    from verifier.settings import Settings
-
-    clients: list[TestClient] = []
-
-    def factory(url: str, **kw) -> Service:
-        base = dict(home=hero_home, database_url=url, auto_migrate=True, dev_mode=True, jwks_file=None, jwks_url=None)
-        base.update(kw)
-        settings = Settings(**base)
-        app = create_app(settings, tokenizer_loader=cached_tokenizer_loader)
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        clients.append(client)
-        return Service(settings, client)
-
-    yield factory
-    for c in clients:
-        c.__exit__(None, None, None)
+    yield from service_factory(hero_home, Service)
 
 
 class Worker:

@@ -17,6 +17,11 @@ def _ci(d: dict | None, key: str = "mean") -> str:
     return f"{d[key]:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]"
 
 
+def _tpr(t: dict, mark_unresolved: bool = False) -> str:
+    star = "*" if mark_unresolved and not t.get("resolved", True) else ""
+    return f"{t['tpr']:.3f} [{t['lo']:.2f}, {t['hi']:.2f}]{star}"
+
+
 def _main_cells(results: dict) -> list[tuple[str, dict]]:
     return [(k.split("/", 1)[1], c) for k, c in results["cells"].items() if k.startswith("main/")]
 
@@ -86,23 +91,14 @@ def write_report(results: dict, out: Path) -> Path:
         for name, c in main:
             if "tpr" not in c:
                 continue
-            cells = []
-            for f in FPRS:
-                t = c["tpr"][f]
-                mark = "" if t["resolved"] else "*"
-                cells.append(f"{t['tpr']:.3f} [{t['lo']:.2f}, {t['hi']:.2f}]{mark}")
-            L.append(f"| {name} | " + " | ".join(cells) + " |")
+            L.append(f"| {name} | " + " | ".join(_tpr(c["tpr"][f], mark_unresolved=True) for f in FPRS) + " |")
         if any("tpr_50" in c for _, c in main):
             L.append("\nSame texts cut to their first 50 tokens (human texts cut to 50 tokens too):\n")
             L.append("| method | " + " | ".join(f"FPR {f}" for f in FPRS) + " |")
             L.append("|---|" + "---|" * len(FPRS))
             for name, c in main:
                 if "tpr_50" in c:
-                    cells = [
-                        f"{c['tpr_50'][f]['tpr']:.3f} [{c['tpr_50'][f]['lo']:.2f}, {c['tpr_50'][f]['hi']:.2f}]"
-                        for f in FPRS
-                    ]
-                    L.append(f"| {name} | " + " | ".join(cells) + " |")
+                    L.append(f"| {name} | " + " | ".join(_tpr(c["tpr_50"][f]) for f in FPRS) + " |")
         n_neg = next((c["tpr"][FPRS[0]]["n_neg"] for _, c in main if "tpr" in c), 0)
         L.append(f"\n{n_neg} human texts; * = FPR below 1/{n_neg}, threshold is the maximum human score.\n")
         sd = [(n, c) for n, c in main if "private_public_only" in c]
@@ -166,7 +162,7 @@ def write_report(results: dict, out: Path) -> Path:
         mains = dict(main)
         for c in tok.values():
             t = c.get("tpr", {}).get("0.001")
-            tpr = f"{t['tpr']:.3f} [{t['lo']:.2f}, {t['hi']:.2f}]" if t else "—"
+            tpr = _tpr(t) if t else "—"
             L.append(
                 f"| {c['method']} | {c['n']} | {_ci(c.get('bit_acc'))} | {_ci(c.get('public_bit_acc'))} | "
                 f"{_ci(c.get('private_bit_acc'))} | {_ci(c.get('ppl'), 'median')} | {tpr} | "

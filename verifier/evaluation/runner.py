@@ -377,9 +377,7 @@ class Runner:
             if self.over_budget():
                 self.results["skipped"].append(f"ablation:{name}:h={h}")
                 continue
-            m = build_method(name, 24, cfg.seed, context_width=h) if name.startswith("HeRo") else build_method(
-                name, 24, cfg.seed
-            )
+            m = build_method(name, 24, cfg.seed, context_width=h)  # baselines ignore context_width
             recs = self.generate(m, cfg.small, cfg.tokens, f"h={h}")
             cell = self._token_attack_accs(m, recs)
             cell |= {"method": name, "h": h, "n": len(recs), "ppl": metrics.median_ci([r["gen_ppl"] for r in recs])}

@@ -1,0 +1,393 @@
+"""Transparency-log primitives, importable with no database or web framework (a third party's verifier).
+
+Merkle tree (RFC 9162 §2.1): leaf hash = SHA-256(0x00 || leaf data), node hash = SHA-256(0x01 || left ||
+right); the tree over n leaves splits at the largest power of two below n. Leaf data of audit event `idx`
+is the event's canonical JSON (the same bytes its chain hash covers); its leaf index is `idx - 1`.
+
+Checkpoints (C2SP tlog-checkpoint) are signed notes (C2SP signed-note, Ed25519):
+
+    <origin>\\n<tree size>\\n<base64 root hash>\\n
+    \\n
+    — <key name> <base64(key id[4] || signature[64])>\\n
+
+with key id = SHA-256(key name || 0x0A || 0x01 || public key)[:4], and the verifier key written
+`<name>+<hex key id>+<base64(0x01 || public key)>`.
+
+`verify_receipt` checks a receipt (event + leaf index + inclusion proof + signed checkpoint) offline;
+`verify_consistency` checks that a later checkpoint extends an earlier one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+SIG_ED25519 = 0x01
+EM_DASH = "\u2014"
+MAX_NOTE_BYTES = 1 << 20
+MAX_PROOF_LEN = 128
+
+
+class TransparencyError(ValueError):
+    """A proof, checkpoint or receipt does not verify; the message names what is wrong."""
+
+
+# -- hashing ---------------------------------------------------------------------------------------
+def canonical(fields: dict[str, object]) -> bytes:
+    """Canonical JSON of an event: sorted keys, no spaces, ASCII (hashed verbatim)."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def leaf_hash(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _split(n: int) -> int:
+    """Largest power of two strictly below n (n >= 2)."""
+    return 1 << ((n - 1).bit_length() - 1)
+
+
+def root_of(leaf_hashes: Iterable[bytes]) -> tuple[int, bytes]:
+    """(size, MTH) of a stream of leaf hashes in O(log n) memory."""
+    stack: list[tuple[int, bytes]] = []  # perfect subtrees, sizes strictly decreasing
+    size = 0
+    for h in leaf_hashes:
+        size += 1
+        cur = (1, h)
+        while stack and stack[-1][0] == cur[0]:
+            s, left = stack.pop()
+            cur = (2 * s, node_hash(left, cur[1]))
+        stack.append(cur)
+    if not stack:
+        return 0, EMPTY_ROOT
+    root = stack[-1][1]
+    for _, h in reversed(stack[:-1]):
+        root = node_hash(h, root)
+    return size, root
+
+
+# -- proofs from stored perfect subtrees ---------------------------------------------------------
+SubtreeGetter = Callable[[int, int], bytes]  # (level, index) -> hash of leaves [index*2^level, (index+1)*2^level)
+
+
+class TreeView:
+    """RFC 9162 MTH / PATH / PROOF over any store of perfect-subtree hashes (DB rows or memory)."""
+
+    def __init__(self, get: SubtreeGetter) -> None:
+        self._get = get
+
+    def mth(self, lo: int, hi: int) -> bytes:
+        n = hi - lo
+        if n <= 0:
+            return EMPTY_ROOT
+        if n & (n - 1) == 0 and lo % n == 0:
+            return self._get(n.bit_length() - 1, lo // n)
+        k = _split(n)
+        return node_hash(self.mth(lo, lo + k), self.mth(lo + k, hi))
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        if not 0 <= index < size:
+            raise TransparencyError(f"leaf {index} is not in a tree of size {size}")
+        return self._path(index, 0, size)
+
+    def _path(self, m: int, lo: int, hi: int) -> list[bytes]:
+        n = hi - lo
+        if n == 1:
+            return []
+        k = _split(n)
+        if m < k:
+            return [*self._path(m, lo, lo + k), self.mth(lo + k, hi)]
+        return [*self._path(m - k, lo + k, hi), self.mth(lo, lo + k)]
+
+    def consistency_proof(self, first: int, second: int) -> list[bytes]:
+        if not 0 <= first <= second:
+            raise TransparencyError(f"no consistency proof from size {first} to {second}")
+        if first == 0 or first == second:
+            return []
+        return self._subproof(first, 0, second, True)
+
+    def _subproof(self, m: int, lo: int, hi: int, whole: bool) -> list[bytes]:
+        n = hi - lo
+        if m == n:
+            return [] if whole else [self.mth(lo, hi)]
+        k = _split(n)
+        if m <= k:
+            return [*self._subproof(m, lo, lo + k, whole), self.mth(lo + k, hi)]
+        return [*self._subproof(m - k, lo + k, hi, False), self.mth(lo, lo + k)]
+
+
+class MemoryTree(TreeView):
+    """All perfect subtrees of a list of leaf hashes in memory (tests, small logs)."""
+
+    def __init__(self, leaves: Sequence[bytes] = ()) -> None:
+        self.levels: list[list[bytes]] = [[]]
+        super().__init__(lambda level, idx: self.levels[level][idx])
+        for h in leaves:
+            self.append(h)
+
+    @property
+    def size(self) -> int:
+        return len(self.levels[0])
+
+    def append(self, h: bytes) -> list[tuple[int, int, bytes]]:
+        """Adds a leaf; returns the new perfect subtrees as (level, index, hash)."""
+        new = [(0, len(self.levels[0]), h)]
+        self.levels[0].append(h)
+        for level, idx, node in new_parents(lambda lv, i: self.levels[lv][i], 0, new[0][1], h):
+            while len(self.levels) <= level:
+                self.levels.append([])
+            self.levels[level].append(node)
+            new.append((level, idx, node))
+        return new
+
+    def root(self) -> bytes:
+        return self.mth(0, self.size)
+
+
+def new_parents(get: SubtreeGetter, level: int, idx: int, h: bytes) -> list[tuple[int, int, bytes]]:
+    """Perfect subtrees completed by adding node (level, idx) = h: its ancestors while it is a right child."""
+    out = []
+    while idx % 2 == 1:
+        h = node_hash(get(level, idx - 1), h)
+        level, idx = level + 1, idx // 2
+        out.append((level, idx, h))
+    return out
+
+
+# -- proof verification (RFC 9162 §2.1.3.2 and §2.1.4.2) -------------------------------------------
+def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes) -> None:
+    if not 0 <= index < size:
+        raise TransparencyError(f"leaf index {index} is outside the tree of size {size}")
+    if len(proof) > MAX_PROOF_LEN:
+        raise TransparencyError("inclusion proof is too long")
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0:
+            raise TransparencyError("inclusion proof is too long for this tree")
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            r = node_hash(r, p)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise TransparencyError("inclusion proof is too short for this tree")
+    if r != root:
+        raise TransparencyError("inclusion proof does not lead to the checkpoint's root hash")
+
+
+def verify_consistency(first: int, second: int, proof: Sequence[bytes], first_root: bytes, second_root: bytes) -> None:
+    if not 0 <= first <= second:
+        raise TransparencyError(f"tree size went backwards ({first} -> {second}): the log was truncated")
+    if len(proof) > MAX_PROOF_LEN:
+        raise TransparencyError("consistency proof is too long")
+    if first == second:
+        if proof or first_root != second_root:
+            raise TransparencyError(f"two different roots for tree size {first}: the log forked")
+        return
+    if first == 0:
+        if proof:
+            raise TransparencyError("consistency proof from an empty tree must be empty")
+        return
+    path = list(proof)
+    if first & (first - 1) == 0:
+        path.insert(0, first_root)
+    if not path:
+        raise TransparencyError("consistency proof is empty")
+    fn, sn = first - 1, second - 1
+    while fn & 1:
+        fn, sn = fn >> 1, sn >> 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise TransparencyError("consistency proof is too long")
+        if fn & 1 or fn == sn:
+            fr, sr = node_hash(c, fr), node_hash(c, sr)
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            sr = node_hash(sr, c)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise TransparencyError("consistency proof is too short")
+    if fr != first_root:
+        raise TransparencyError(f"the first {first} events differ from the earlier checkpoint: history was rewritten")
+    if sr != second_root:
+        raise TransparencyError("consistency proof does not lead to the later checkpoint's root hash")
+
+
+# -- checkpoints and signed notes ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Checkpoint:
+    origin: str
+    size: int
+    root: bytes
+    extensions: tuple[str, ...] = field(default_factory=tuple)
+
+    def body(self) -> str:
+        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode(), *self.extensions]
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def parse(cls, body: str) -> Checkpoint:
+        lines = body.split("\n")
+        if len(lines) < 4 or lines[-1] != "":
+            raise TransparencyError("checkpoint must have an origin, a size and a root hash line")
+        origin, size_s, root_s, *ext = lines[:-1]
+        if not origin:
+            raise TransparencyError("checkpoint origin is empty")
+        if not size_s.isdigit() or (size_s.startswith("0") and size_s != "0"):
+            raise TransparencyError("checkpoint tree size is not a decimal number")
+        root = _b64(root_s, "checkpoint root hash")
+        if len(root) != 32:
+            raise TransparencyError("checkpoint root hash is not 32 bytes")
+        if any(not e for e in ext):
+            raise TransparencyError("checkpoint has an empty extension line")
+        return cls(origin, int(size_s), root, tuple(ext))
+
+
+def _b64(s: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(s.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise TransparencyError(f"{what} is not base64") from None
+
+
+def _check_name(name: str) -> None:
+    if not name or any(c.isspace() or c == "+" for c in name):
+        raise TransparencyError(f"invalid key name {name!r} (no spaces or '+')")
+
+
+def key_id(name: str, public_key: bytes) -> bytes:
+    return hashlib.sha256(name.encode() + b"\n" + bytes([SIG_ED25519]) + public_key).digest()[:4]
+
+
+def raw_public(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def verifier_key(name: str, public_key: bytes) -> str:
+    """`<name>+<hex key id>+<base64(0x01 || public key)>` (the text a log publishes for verifiers)."""
+    _check_name(name)
+    kid = key_id(name, public_key).hex()
+    return f"{name}+{kid}+{base64.b64encode(bytes([SIG_ED25519]) + public_key).decode()}"
+
+
+@dataclass(frozen=True)
+class NoteVerifier:
+    name: str
+    key_id: bytes
+    public_key: Ed25519PublicKey
+
+    @classmethod
+    def parse(cls, vkey: str) -> NoteVerifier:
+        parts = vkey.strip().split("+", 2)
+        if len(parts) != 3:
+            raise TransparencyError("verifier key must be <name>+<key id>+<key>")
+        name, kid_hex, key_b64 = parts
+        _check_name(name)
+        raw = _b64(key_b64, "verifier key")
+        if len(raw) != 33 or raw[0] != SIG_ED25519:
+            raise TransparencyError("verifier key is not an Ed25519 key")
+        kid = key_id(name, raw[1:])
+        if kid_hex.lower() != kid.hex():
+            raise TransparencyError("verifier key id does not match its key")
+        return cls(name, kid, Ed25519PublicKey.from_public_bytes(raw[1:]))
+
+
+def sign_note(body: str, name: str, private_key: Ed25519PrivateKey) -> str:
+    _check_name(name)
+    if not body.endswith("\n") or "\n\n" in body:
+        raise TransparencyError("note text must end in one newline and contain no blank line")
+    pub = raw_public(private_key.public_key())
+    sig = private_key.sign(body.encode())
+    return f"{body}\n{EM_DASH} {name} {base64.b64encode(key_id(name, pub) + sig).decode()}\n"
+
+
+def open_note(note: str, verifier: NoteVerifier) -> str:
+    """The note's text if a signature line of `verifier` is valid; raises otherwise."""
+    if len(note.encode()) > MAX_NOTE_BYTES:
+        raise TransparencyError("signed note is too large")
+    if any(ord(c) < 0x20 and c != "\n" for c in note):
+        raise TransparencyError("signed note contains control characters")
+    cut = note.rfind("\n\n")
+    if cut < 0 or not note.endswith("\n"):
+        raise TransparencyError("not a signed note (no blank line before the signatures)")
+    body, sig_lines = note[: cut + 1], note[cut + 2 :].split("\n")[:-1]
+    if not sig_lines or len(sig_lines) > 100:
+        raise TransparencyError("signed note has no (or too many) signature lines")
+    for line in sig_lines:
+        parts = line.split(" ")
+        if len(parts) != 3 or parts[0] != EM_DASH:
+            raise TransparencyError("malformed signature line")
+        raw = _b64(parts[2], "signature")
+        if parts[1] != verifier.name or raw[:4] != verifier.key_id:
+            continue  # another signer (e.g. a witness cosignature): ignored here
+        if len(raw) != 4 + 64:
+            raise TransparencyError("signature has the wrong length")
+        try:
+            verifier.public_key.verify(raw[4:], body.encode())
+        except InvalidSignature:
+            raise TransparencyError(f"signature of {verifier.name} is invalid") from None
+        return body
+    raise TransparencyError(f"checkpoint is not signed by {verifier.name}")
+
+
+def open_checkpoint(note: str, vkey: str | NoteVerifier, origin: str | None = None) -> Checkpoint:
+    verifier = vkey if isinstance(vkey, NoteVerifier) else NoteVerifier.parse(vkey)
+    cp = Checkpoint.parse(open_note(note, verifier))
+    if origin is not None and cp.origin != origin:
+        raise TransparencyError(f"checkpoint origin {cp.origin!r} is not the expected {origin!r}")
+    return cp
+
+
+# -- receipts -------------------------------------------------------------------------------------
+def event_leaf(event: dict[str, object]) -> bytes:
+    """Leaf hash of an audit event given as its hashed fields (what a receipt's `event` holds)."""
+    return leaf_hash(canonical(event))
+
+
+def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], checkpoint_note: str) -> dict:
+    return {
+        "leaf_index": index,
+        "inclusion_proof": [base64.b64encode(p).decode() for p in proof],
+        "checkpoint": checkpoint_note,
+        "event": event,
+    }
+
+
+def verify_receipt(receipt: dict, vkey: str, *, origin: str | None = None, text: str | None = None) -> Checkpoint:
+    """Offline check that `receipt`'s event is in the log the signed checkpoint commits to.
+
+    With `text`, also checks that the event is about that text (its SHA-256). Returns the checkpoint.
+    """
+    try:
+        event = receipt["event"]
+        index = receipt["leaf_index"]
+        proof = [_b64(p, "inclusion proof hash") for p in receipt["inclusion_proof"]]
+        note = receipt["checkpoint"]
+    except (KeyError, TypeError):
+        raise TransparencyError("receipt lacks event, leaf_index, inclusion_proof or checkpoint") from None
+    if not isinstance(event, dict) or not isinstance(index, int) or not isinstance(note, str):
+        raise TransparencyError("receipt fields have the wrong types")
+    if event.get("idx") != index + 1:
+        raise TransparencyError("receipt event index does not match its leaf index")
+    if text is not None and event.get("text_sha256") != hashlib.sha256(text.encode("utf-8")).hexdigest():
+        raise TransparencyError("receipt is about a different text")
+    cp = open_checkpoint(note, vkey, origin)
+    verify_inclusion(event_leaf(event), index, cp.size, proof, cp.root)
+    return cp

@@ -143,3 +143,11 @@ def test_verifier_module_needs_no_database_or_web_framework():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_frontier_emits_exactly_the_perfect_subtrees():
+    leaves = [tl.leaf_hash(bytes([i])) for i in range(37)]
+    mem, fr = tl.MemoryTree(), tl.Frontier()
+    for h in leaves:
+        assert fr.append(h) == mem.append(h)
+        assert fr.root() == mem.root()

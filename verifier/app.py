@@ -11,9 +11,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifier.audit.endpoints import router as audit_router
+from verifier.audit.signer import signer_from_settings
 from verifier.auth.jwt import TokenVerifier
 from verifier.auth.policy import load_policy
 from verifier.context import ServiceContext
@@ -60,6 +62,7 @@ def build_context(
         profile=profile,
         runner=runner,
         jobs=_job_dispatcher(settings, db, store, policy, runner, tokenizer_loader),
+        signer=signer_from_settings(settings),
     )
 
 
@@ -125,6 +128,14 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+
+    @app.exception_handler(OperationalError)
+    async def database_busy(request: Request, exc: OperationalError) -> JSONResponse:
+        # Lock timeouts ("database is locked"), serialisation failures, deadlocks, lost connections: all
+        # transient, none the caller's fault. Type only in the log: the message may quote SQL parameters.
+        log.warning("database busy or unavailable", extra={"error": exc.orig.__class__.__name__})
+        return JSONResponse({"detail": "database busy or unavailable; retry shortly"}, status_code=503,
+                            headers={"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> JSONResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from verifier.audit.signer import LogSigner
 from verifier.auth.jwt import TokenVerifier
 from verifier.auth.policy import Policy
 from verifier.db import Database
@@ -23,6 +24,7 @@ class ServiceContext:
     policy: Policy
     profile: Profile
     runner: JobRunner
+    signer: LogSigner | None = None  # signs transparency-log checkpoints
     jobs: Any = None  # verifier.jobs.dispatch.InProcessDispatcher | CeleryDispatcher
 
     def __repr__(self) -> str:

@@ -45,7 +45,9 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn):  # pragma: no cover
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Readers (snapshot()) take no lock: in WAL mode they see one consistent snapshot and never
+            # block writers; everything else serialises on the write lock from its first statement.
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("hero_snapshot") else "BEGIN IMMEDIATE")
 
         return engine
     return create_engine(u, pool_pre_ping=True, pool_size=10, max_overflow=20)
@@ -58,6 +60,7 @@ class Database:
         self.url = url
         self.engine = make_engine(url)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._snapshot_engine = self.engine.execution_options(hero_snapshot=True)
 
     @property
     def dialect(self) -> str:
@@ -67,6 +70,20 @@ class Database:
     def session(self) -> Iterator[Session]:
         with self.sessions() as s, s.begin():
             yield s
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Session]:
+        """Read-only transaction on one consistent snapshot that never blocks (or waits for) writers.
+
+        SQLite: a deferred BEGIN in WAL mode. PostgreSQL: REPEATABLE READ, READ ONLY (MVCC snapshot).
+        """
+        with self.sessions(bind=self._snapshot_engine) as s:
+            try:
+                if self.dialect == "postgresql":
+                    s.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+                yield s
+            finally:
+                s.rollback()
 
     def ping(self) -> bool:
         with self.engine.connect() as conn:

@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     roles_file: Path = REPO_ROOT / "policies" / "roles.yaml"
     dev_mode: bool = False
 
+    # Transparency log (signed checkpoints over the audit events)
+    log_origin: str = Field(default="hero-verifier.local/audit", pattern=r"^[^\s+]{1,200}$")
+    log_key_file: Path | None = None  # Ed25519 checkpoint signing key; default $HERO_HOME/log/checkpoint.key
+    checkpoint_interval_seconds: float = Field(default=300.0, ge=0)  # 0: checkpoints only on demand
+
     # Limits
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     max_texts: int = Field(default=32, ge=1)
@@ -85,6 +90,10 @@ class Settings(BaseSettings):
     @property
     def kek_path(self) -> Path:
         return (self.kek_dir or self.home / "kek").expanduser()
+
+    @property
+    def log_key_path(self) -> Path:
+        return (self.log_key_file or self.home / "log" / "checkpoint.key").expanduser()
 
     @property
     def dev_key_dir(self) -> Path:

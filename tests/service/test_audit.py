@@ -41,7 +41,8 @@ def test_edit_is_detected_at_its_index(svc):
     assert "hash" in rep["reason"]
 
 
-def test_edit_with_recomputed_hash_is_detected_at_next_index(svc):
+def test_edit_with_recomputed_hash_is_detected_at_its_index_by_the_tree(svc):
+    # The chain alone would only notice at event 3 (prev_hash); the Merkle leaf kept at append time pins event 2.
     from verifier.audit.service import compute_hash, row_fields
 
     _fill(svc)
@@ -52,7 +53,7 @@ def test_edit_with_recomputed_hash_is_detected_at_next_index(svc):
         row.subject = "someone-else"
         row.hash = compute_hash(row.prev_hash, row_fields(row))
     rep = _report(svc)
-    assert not rep["valid"] and rep["first_broken_index"] == 3
+    assert not rep["valid"] and rep["first_broken_index"] == 2
 
 
 def test_delete_is_detected_at_its_index(svc):

@@ -1,12 +1,16 @@
-"""/v1/audit: read events, verify the hash chain (auditor, admin)."""
+"""/v1/audit: events and chain checks (auditor, admin); checkpoints, proofs and the log's public key (any
+authenticated caller: receipts are checked with them)."""
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
+from verifier.audit import log as tlog
 from verifier.audit.service import list_events, verify_chain
 from verifier.auth.dependencies import Principal, require
 
@@ -40,6 +44,15 @@ class ChainReportOut(BaseModel):
     first_broken_index: int | None
     reason: str | None
     head_hash: str | None
+    root_hash: str | None = None
+    checkpoint_size: int | None = None
+    problem: str | None = None
+
+
+class ConsistencyOut(BaseModel):
+    first: int
+    second: int
+    proof: list[str]
 
 
 @router.get("/events", response_model=AuditEventsOut, summary="Audit events after an index")
@@ -53,6 +66,43 @@ def events(
     return {"events": evs, "next_after": evs[-1]["idx"] if len(evs) == limit else None}
 
 
-@router.get("/verify", response_model=ChainReportOut, summary="Check the hash chain; report the first broken index")
+@router.get(
+    "/verify",
+    response_model=ChainReportOut,
+    summary="Check the hash chain, the Merkle tree and the newest signed checkpoint; report the first broken index",
+)
 def verify(request: Request, p: Principal = Depends(require("audit.read"))) -> dict:
-    return verify_chain(request.app.state.ctx.db).to_dict()
+    ctx = request.app.state.ctx
+    return verify_chain(ctx.db, ctx.signer.vkey if ctx.signer else None).to_dict()
+
+
+@router.get(
+    "/checkpoint",
+    response_class=PlainTextResponse,
+    summary="The newest signed checkpoint (C2SP tlog-checkpoint, signed note), covering every event",
+)
+def checkpoint(request: Request, p: Principal = Depends(require("verify"))) -> PlainTextResponse:
+    ctx = request.app.state.ctx
+    _, note = tlog.current_checkpoint(ctx.db, ctx.signer, ctx.settings.checkpoint_interval_seconds)
+    return PlainTextResponse(note)
+
+
+@router.get("/public-key", response_class=PlainTextResponse, summary="The log's verifier key (<name>+<id>+<key>)")
+def public_key(request: Request, p: Principal = Depends(require("verify"))) -> PlainTextResponse:
+    return PlainTextResponse(request.app.state.ctx.signer.vkey + "\n")
+
+
+@router.get("/consistency", response_model=ConsistencyOut, summary="Consistency proof between two tree sizes")
+def consistency(
+    request: Request,
+    first: Annotated[int, Query(ge=0, le=2**31 - 1)],
+    second: Annotated[int, Query(ge=0, le=2**31 - 1)],
+    p: Principal = Depends(require("verify")),
+) -> dict:
+    if first > second:
+        raise HTTPException(422, "first must not exceed second")
+    try:
+        proof = tlog.consistency(request.app.state.ctx.db, first, second)
+    except ValueError as exc:
+        raise HTTPException(404, str(exc)) from None
+    return {"first": first, "second": second, "proof": [base64.b64encode(h).decode() for h in proof]}

@@ -1,8 +1,8 @@
-"""ORM row of one audit event. `hash` = SHA-256(prev_hash || canonical JSON of the event fields)."""
+"""ORM rows of the audit log: events (`hash` = SHA-256(prev_hash || canonical JSON)), Merkle nodes, checkpoints."""
 
 from __future__ import annotations
 
-from sqlalchemy import Integer, String, Text
+from sqlalchemy import Float, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from verifier.db import Base
@@ -24,3 +24,24 @@ class AuditEventRow(Base):
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     prev_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+
+
+class AuditTreeNodeRow(Base):
+    """Hash of one perfect subtree of the transparency log: leaves [idx * 2^level, (idx + 1) * 2^level)."""
+
+    __tablename__ = "hero_audit_tree"
+
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary(32), nullable=False)
+
+
+class CheckpointRow(Base):
+    """A signed checkpoint (C2SP signed note) of the log at `size` events, kept for witnesses and audits."""
+
+    __tablename__ = "hero_audit_checkpoints"
+
+    size: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    root: Mapped[bytes] = mapped_column(LargeBinary(32), nullable=False)
+    note: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[float] = mapped_column(Float, nullable=False)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from verifier.audit.models import AuditEventRow
+from verifier.audit.models import AuditEventRow, AuditTreeNodeRow, CheckpointRow
 
 # Arbitrary constant naming the audit chain's advisory lock on PostgreSQL.
 _PG_LOCK_KEY = 0x4845524F_41554454 & 0x7FFFFFFFFFFFFFFF
@@ -32,11 +32,33 @@ def page(s: Session, after: int, limit: int) -> list[AuditEventRow]:
     return list(s.scalars(q))
 
 
-def iterate(s: Session, batch: int = 1000) -> Iterator[AuditEventRow]:
-    after = 0
+def iterate(s: Session, batch: int = 1000, after: int = -(2**31)) -> Iterator[AuditEventRow]:
+    """Every row in index order, including rows with idx <= 0 (which a valid log never has)."""
     while True:
         rows = page(s, after, batch)
         if not rows:
             return
         yield from rows
         after = rows[-1].idx
+
+
+def tree_node(s: Session, level: int, idx: int) -> bytes | None:
+    return s.scalar(
+        select(AuditTreeNodeRow.hash).where(AuditTreeNodeRow.level == level, AuditTreeNodeRow.idx == idx)
+    )
+
+
+def add_tree_nodes(s: Session, nodes: list[tuple[int, int, bytes]]) -> None:
+    s.add_all(AuditTreeNodeRow(level=lv, idx=i, hash=h) for lv, i, h in nodes)
+
+
+def latest_checkpoint(s: Session) -> CheckpointRow | None:
+    return s.scalars(select(CheckpointRow).order_by(CheckpointRow.size.desc()).limit(1)).first()
+
+
+def checkpoints(s: Session, limit: int = 100) -> list[CheckpointRow]:
+    return list(s.scalars(select(CheckpointRow).order_by(CheckpointRow.size.desc()).limit(limit)))
+
+
+def checkpoint_at(s: Session, size: int) -> CheckpointRow | None:
+    return s.get(CheckpointRow, size)

@@ -4,21 +4,30 @@ Event i (1-based, contiguous) stores prev_hash = hash of event i-1 (64 zeros for
 hash = SHA-256(prev_hash_hex || "\\n" || canonical JSON of its fields, idx included). Editing a row
 breaks its own hash; deleting one breaks the index sequence; reordering breaks prev_hash/idx. The
 verifier reports the first index at which the stored chain stops matching.
+
+Each append also extends the transparency log (verifier.audit.log): a Merkle tree over the same
+events with signed checkpoints, which makes truncation, tail rewrites and forks detectable against any
+checkpoint published earlier.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
+from verifier.audit import log as tlog
 from verifier.audit import repository as repo
 from verifier.audit.models import AuditEventRow
+from verifier.audit.transparency import canonical
 from verifier.db import Database
+
+if TYPE_CHECKING:
+    from verifier.audit.verification import ChainReport
 
 GENESIS = "0" * 64
 HASHED_FIELDS = (
@@ -51,10 +60,6 @@ class AuditEvent:
     text_sha256: str | None = None
     outcome: str = "ok"
     detail: str | None = None
-
-
-def canonical(fields: dict[str, object]) -> bytes:
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def row_fields(row: AuditEventRow) -> dict[str, object]:
@@ -99,6 +104,7 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
         s.add(row)
         rows.append(row)
     s.flush()
+    tlog.extend(s, rows)
     return rows
 
 
@@ -111,38 +117,11 @@ def record(db: Database, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
         raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
 
 
-@dataclass
-class ChainReport:
-    valid: bool
-    events: int
-    first_broken_index: int | None = None
-    reason: str | None = None
-    head_hash: str | None = None
+def verify_chain(db: Database, vkey: str | None = None) -> ChainReport:
+    """Walks the chain on a read snapshot (never blocks writers); see verifier.audit.verification."""
+    from verifier.audit.verification import verify_chain as _verify
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "valid": self.valid,
-            "events": self.events,
-            "first_broken_index": self.first_broken_index,
-            "reason": self.reason,
-            "head_hash": self.head_hash,
-        }
-
-
-def verify_chain(db: Database) -> ChainReport:
-    prev = GENESIS
-    expected = 1
-    with db.session() as s:
-        for row in repo.iterate(s):
-            if row.idx != expected:
-                return ChainReport(False, expected - 1, expected, f"event {expected} is missing (found {row.idx})")
-            if row.prev_hash != prev:
-                return ChainReport(False, expected - 1, expected, "prev_hash does not match the previous event")
-            if compute_hash(prev, row_fields(row)) != row.hash:
-                return ChainReport(False, expected - 1, expected, "event content does not match its hash")
-            prev = row.hash
-            expected += 1
-    return ChainReport(True, expected - 1, None, None, prev if expected > 1 else None)
+    return _verify(db, vkey)
 
 
 def event_dict(row: AuditEventRow) -> dict[str, object]:
@@ -154,5 +133,5 @@ def event_dict(row: AuditEventRow) -> dict[str, object]:
 
 
 def list_events(db: Database, after: int, limit: int) -> list[dict[str, object]]:
-    with db.session() as s:
+    with db.snapshot() as s:
         return [event_dict(r) for r in repo.page(s, after, limit)]

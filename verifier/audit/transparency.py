@@ -157,6 +157,32 @@ class MemoryTree(TreeView):
         return self.mth(0, self.size)
 
 
+class Frontier:
+    """The last subtree hash of each level: enough to extend a log leaf by leaf in O(log n) memory."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.last: list[bytes] = []
+
+    def append(self, h: bytes) -> list[tuple[int, int, bytes]]:
+        new = [(0, self.size, h), *new_parents(lambda lv, _i: self.last[lv], 0, self.size, h)]
+        for level, _idx, node in new:
+            if level == len(self.last):
+                self.last.append(node)
+            else:
+                self.last[level] = node
+        self.size += 1
+        return new
+
+    def root(self) -> bytes:
+        """MTH of the leaves so far: the subtrees of the binary decomposition of size, folded right to left."""
+        root: bytes | None = None
+        for level in range(self.size.bit_length()):
+            if self.size >> level & 1:
+                root = self.last[level] if root is None else node_hash(self.last[level], root)
+        return EMPTY_ROOT if root is None else root
+
+
 def new_parents(get: SubtreeGetter, level: int, idx: int, h: bytes) -> list[tuple[int, int, bytes]]:
     """Perfect subtrees completed by adding node (level, idx) = h: its ancestors while it is a right child."""
     out = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from verifier.cli.common import emit
 
@@ -27,8 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     audit = sub.add_parser("audit", help="audit log")
     aus = audit.add_subparsers(dest="audit_command", required=True)
-    ver = aus.add_parser("verify", help="check the hash chain; exit 1 and report the first broken index")
+    ver = aus.add_parser(
+        "verify", help="check the chain, the Merkle tree and signed checkpoints; exit 1 naming the first problem"
+    )
+    ver.add_argument("--against", metavar="FILE",
+                     help="a checkpoint published earlier (signed note): detect truncation, rewrites and forks")
     ver.set_defaults(handler=cmd_audit_verify)
+    cp = aus.add_parser("checkpoint", help="print the newest signed checkpoint (signing one if events were added)")
+    cp.set_defaults(handler=cmd_audit_checkpoint)
+    pk = aus.add_parser("public-key", help="print the log's verifier key (pin it to check receipts offline)")
+    pk.set_defaults(handler=cmd_audit_public_key)
 
     kek = sub.add_parser("kek", help="key-encryption keys (wrap the per-row data keys)")
     ks = kek.add_subparsers(dest="kek_command", required=True)
@@ -83,12 +92,45 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from verifier.audit.service import verify_chain
+    from verifier.audit.signer import signer_from_settings
+    from verifier.audit.verification import verify_against, verify_chain
     from verifier.cli.common import open_database
+    from verifier.settings import Settings
 
-    report = verify_chain(open_database())
+    settings = Settings()
+    db = open_database()
+    vkey = signer_from_settings(settings).vkey
+    if args.against:
+        try:
+            note = Path(args.against).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read checkpoint {args.against}: {exc.__class__.__name__}") from None
+        report = verify_against(db, note, vkey, settings.log_origin)
+    else:
+        report = verify_chain(db, vkey)
+    if not report.valid and args.against:
+        print(f"hero: audit: {report.reason}", file=sys.stderr)  # one line naming the problem
+        return 1
     emit(report.to_dict())
     return 0 if report.valid else 1
+
+
+def cmd_audit_checkpoint(args: argparse.Namespace) -> None:
+    from verifier.audit.log import current_checkpoint
+    from verifier.audit.signer import signer_from_settings
+    from verifier.cli.common import open_database
+    from verifier.settings import Settings
+
+    settings = Settings()
+    _, note = current_checkpoint(open_database(), signer_from_settings(settings), settings.checkpoint_interval_seconds)
+    sys.stdout.write(note)
+
+
+def cmd_audit_public_key(args: argparse.Namespace) -> None:
+    from verifier.audit.signer import signer_from_settings
+    from verifier.settings import Settings
+
+    sys.stdout.write(signer_from_settings(Settings()).vkey + "\n")
 
 
 def cmd_kek_rotate(args: argparse.Namespace) -> None:

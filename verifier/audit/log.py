@@ -1,0 +1,117 @@
+"""The audit log as a transparency log: Merkle nodes kept next to the events, checkpoints, receipts.
+
+Appends (inside the chain lock) add each event's leaf and the perfect subtrees it completes, so any
+root, inclusion or consistency proof needs O(log^2 n) node reads. Checkpoints are signed on demand
+(receipts, `hero audit checkpoint`, GET /v1/audit/checkpoint) and one is stored whenever the newest
+stored one is older than HERO_CHECKPOINT_INTERVAL_SECONDS. Callers own the transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session
+
+from verifier.audit import repository as repo
+from verifier.audit.models import AuditEventRow, CheckpointRow
+from verifier.audit.signer import LogSigner
+from verifier.audit.transparency import TreeView, event_leaf, make_receipt, new_parents
+
+
+class LogCorrupt(RuntimeError):
+    """A Merkle node the log needs is missing: the tree tables were edited."""
+
+
+def _getter(s: Session, cache: dict[tuple[int, int], bytes]):
+    def get(level: int, idx: int) -> bytes:
+        key = (level, idx)
+        if key not in cache:
+            h = repo.tree_node(s, level, idx)
+            if h is None:
+                raise LogCorrupt(f"transparency log node ({level}, {idx}) is missing")
+            cache[key] = h
+        return cache[key]
+
+    return get
+
+
+def extend(s: Session, rows: Sequence[AuditEventRow]) -> None:
+    """Adds the leaves of freshly appended events (contiguous, in order) to the tree."""
+    cache: dict[tuple[int, int], bytes] = {}
+    get = _getter(s, cache)
+    nodes = []
+    for row in rows:
+        leaf = event_leaf(event_fields(row))
+        new = [(0, row.idx - 1, leaf), *new_parents(get, 0, row.idx - 1, leaf)]
+        for lv, i, h in new:
+            cache[(lv, i)] = h
+        nodes.extend(new)
+    repo.add_tree_nodes(s, nodes)
+
+
+def event_fields(row: AuditEventRow) -> dict[str, object]:
+    from verifier.audit.service import row_fields
+
+    return row_fields(row)
+
+
+def view(s: Session) -> TreeView:
+    return TreeView(_getter(s, {}))
+
+
+def size(s: Session) -> int:
+    last = repo.head(s)
+    return max(0, last.idx) if last else 0
+
+
+def checkpoint(s: Session, signer: LogSigner, interval_s: float, at: int | None = None) -> tuple[int, str]:
+    """(size, signed note) for the tree at `at` (default: now). Stores it when the stored ones are stale."""
+    n = size(s) if at is None else at
+    latest = repo.latest_checkpoint(s)
+    if latest is not None and latest.size == n:
+        return n, latest.note
+    note = signer.sign(n, view(s).mth(0, n))
+    due = latest is None or (latest.size < n and time.time() - latest.created_at >= interval_s)
+    if interval_s > 0 and due:
+        store(s, signer, n, note)
+    return n, note
+
+
+def store(s: Session, signer: LogSigner, n: int, note: str | None = None) -> CheckpointRow:
+    existing = repo.checkpoint_at(s, n)
+    if existing is not None:
+        return existing
+    root = view(s).mth(0, n)
+    row = CheckpointRow(size=n, root=root, note=note or signer.sign(n, root), created_at=time.time())
+    s.add(row)
+    s.flush()
+    return row
+
+
+def receipts(s: Session, signer: LogSigner, rows: Sequence[AuditEventRow], interval_s: float) -> list[dict]:
+    """One receipt per row against one checkpoint covering all of them (signed now)."""
+    if not rows:
+        return []
+    n, note = checkpoint(s, signer, interval_s, at=max(r.idx for r in rows))
+    tree = view(s)
+    return [make_receipt(event_fields(r), r.idx - 1, tree.inclusion_proof(r.idx - 1, n), note) for r in rows]
+
+
+def current_checkpoint(db, signer: LogSigner, interval_s: float) -> tuple[int, str]:
+    """On demand: the newest stored checkpoint if it covers every event, else one signed (and stored) now."""
+    with db.session() as s:
+        n = size(s)
+        latest = repo.latest_checkpoint(s)
+        if latest is not None and latest.size == n:
+            return n, latest.note
+        row = store(s, signer, n)
+        return row.size, row.note
+
+
+def consistency(db, first: int, second: int) -> list[bytes]:
+    with db.snapshot() as s:
+        n = size(s)
+        if second > n:
+            raise ValueError(f"the log has {n} events; no tree of size {second}")
+        return view(s).consistency_proof(first, second)

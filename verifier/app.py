@@ -7,8 +7,9 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import OperationalError
@@ -16,7 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifier.audit.endpoints import router as audit_router
 from verifier.audit.signer import signer_from_settings
-from verifier.auth.jwt import TokenVerifier
+from verifier.auth.dependencies import Principal, require
+from verifier.auth.jwt import AuthError, TokenVerifier
 from verifier.auth.policy import load_policy
 from verifier.context import ServiceContext
 from verifier.db import Database, upgrade
@@ -27,7 +29,7 @@ from verifier.jobs.inprocess import InProcessJobRunner, default_tokenizer_loader
 from verifier.keys.endpoints import router as keys_router
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
-from verifier.middleware import AccessLogMiddleware, BodyLimitMiddleware
+from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
 from verifier.settings import Settings, get_settings
 from verifier.verify.endpoints import router as verify_router
 
@@ -87,6 +89,48 @@ def _job_dispatcher(settings: Settings, db, store, policy, runner, tokenizer_loa
     return InProcessDispatcher(make)
 
 
+def _authenticator(ctx: ServiceContext):
+    def authenticate(token: str | None):
+        if token is None:
+            return None, "missing bearer token"
+        try:
+            return ctx.tokens.verify(token), None
+        except AuthError as exc:
+            return None, str(exc)
+
+    return authenticate
+
+
+ERROR_SCHEMA = {
+    "title": "Error",
+    "type": "object",
+    "properties": {
+        "detail": {"title": "Detail", "type": "string", "description": "what went wrong (never echoes input)"}
+    },
+    "required": ["detail"],
+}
+
+
+def _openapi_with_error_shape(app: FastAPI) -> dict:
+    """Every 4xx/5xx is `{"detail": "<message>"}` (422 included), so the schema says exactly that."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    comps = schema.setdefault("components", {}).setdefault("schemas", {})
+    comps.pop("HTTPValidationError", None)
+    comps.pop("ValidationError", None)
+    comps["Error"] = ERROR_SCHEMA
+    for item in schema.get("paths", {}).values():
+        for op in item.values():
+            for code, resp in op.get("responses", {}).items():
+                if code.isdigit() and int(code) >= 400:
+                    resp["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+                    if not resp.get("description") or resp["description"] == "Additional Response":
+                        resp["description"] = "Error"
+    app.openapi_schema = schema
+    return schema
+
+
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
@@ -111,14 +155,19 @@ def create_app(
         ctx.runner.close()
         ctx.db.dispose()
 
+    docs = settings.docs_exposure == "public"
     app = FastAPI(
         title="HeRo Verifier",
         version="0.1.0",
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
         description="Selective-disclosure watermark verification. Bearer JWT (EdDSA/ES256); the role decides "
         "the deepest level disclosed. Every disclosure is recorded in a hash-chained audit log.",
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.openapi = lambda: _openapi_with_error_shape(app)  # type: ignore[method-assign]
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -162,16 +211,29 @@ def create_app(
             return JSONResponse({"detail": "broker unreachable"}, status_code=503)
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
-    def metrics() -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    if settings.metrics_exposure == "public":
+
+        @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
+        def metrics() -> Response:
+            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    elif settings.metrics_exposure == "auth":
+
+        @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (role with metrics.read)",
+                 responses={401: {}, 403: {}})
+        def metrics_auth(p: Principal = Depends(require("metrics.read"))) -> Response:
+            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(verify_router)
     app.include_router(jobs_router)
     app.include_router(keys_router)
     app.include_router(audit_router)
     app.add_middleware(
-        BodyLimitMiddleware, limit=settings.max_body_bytes, overrides={"/v1/jobs": settings.job_max_body_bytes}
+        BodyGuardMiddleware,
+        limit=settings.max_body_bytes,
+        overrides={"/v1/jobs": settings.job_max_body_bytes},
+        unauth_limit=settings.unauth_max_body_bytes,
+        authenticate=_authenticator(ctx),
     )
     app.add_middleware(AccessLogMiddleware)
     return app

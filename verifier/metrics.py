@@ -11,3 +11,7 @@ VERIFY_TEXTS = Counter("hero_verify_texts_total", "Texts verified", ["outcome"])
 DISCLOSURES = Counter("hero_disclosures_total", "Disclosures recorded in the audit log", ["role", "max_level"])
 AUDIT_FAILURES = Counter("hero_audit_failures_total", "Requests refused because the audit append failed")
 AUTH_FAILURES = Counter("hero_auth_failures_total", "Rejected requests", ["status"])
+BODY_REJECTIONS = Counter(
+    "hero_body_rejections_total", "Requests refused before their body was parsed", ["reason"]
+)  # reason: unauthenticated | too_large | not_utf8
+RATE_LIMITED = Counter("hero_rate_limited_total", "Requests refused by a rate limit or quota", ["role", "window"])

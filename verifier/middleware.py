@@ -1,53 +1,112 @@
-"""ASGI middleware: request body size limit (413), request logging + metrics."""
+"""Pure-ASGI middleware: authenticate-then-read body guard (401/413/400), request logging + metrics.
+
+The guard runs before any route code: a request that carries a body is authenticated first (token
+checked in a worker thread, JWKS fetches never block the loop), and only then is its body read, counting
+bytes as they stream in and stopping at the limit that applies (per path for authenticated callers,
+HERO_UNAUTH_MAX_BODY_BYTES otherwise; /v1 routes read nothing at all from an unauthenticated caller).
+Bodies must be UTF-8 (RFC 8259 §8.1): anything else is a 400 before JSON parsing.
+"""
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
-from verifier.metrics import AUTH_FAILURES, REQUEST_SECONDS, REQUESTS
+import anyio
+
+from verifier.metrics import AUTH_FAILURES, BODY_REJECTIONS, REQUEST_SECONDS, REQUESTS
 
 log = logging.getLogger("hero.http")
 
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OFFLOOP_BYTES = 256 * 1024  # JSON bodies above this are parsed in a worker thread (verifier.bodies)
 
-async def _send_json(send, status: int, detail: str) -> None:
+# authenticate(token) -> (claims, None) or (None, reason). Blocking: called in a worker thread.
+Authenticator = Callable[[str | None], tuple[Any, str | None]]
+
+
+def method_label(method: str) -> str:
+    """A fixed label set: an attacker choosing methods cannot create metric series."""
+    return method if method in KNOWN_METHODS else "other"
+
+
+async def _send_json(send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"), *(headers or [])],
         }
     )
     await send({"type": "http.response.body", "body": body})
 
 
-class BodyLimitMiddleware:
-    """Rejects bodies over `limit` bytes: by Content-Length up front, else by counting the stream."""
+def _bearer(headers: dict[bytes, bytes]) -> str | None:
+    raw = headers.get(b"authorization")
+    if not raw:
+        return None
+    scheme, _, cred = raw.decode("latin-1").partition(" ")
+    return cred.strip() if scheme.lower() == "bearer" and cred.strip() else None
 
-    def __init__(self, app, limit: int, overrides: dict[str, int] | None = None) -> None:
+
+class BodyGuardMiddleware:
+    """Authenticate, then read the body within its limit; hand the buffered, UTF-8-checked body on."""
+
+    def __init__(
+        self,
+        app,
+        *,
+        limit: int,
+        authenticate: Authenticator,
+        overrides: dict[str, int] | None = None,
+        unauth_limit: int = 1024,
+        protected_prefix: str = "/v1/",
+    ) -> None:
         self.app = app
         self.limit = limit
+        self.authenticate = authenticate
         self.overrides = dict(overrides or {})  # exact path -> limit (e.g. /v1/jobs takes corpora)
+        self.unauth_limit = unauth_limit
+        self.protected_prefix = protected_prefix
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = self.overrides.get(scope.get("path", ""), self.limit)
-        msg = f"request body too large (limit {limit} bytes)"
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    n = int(value)
-                except ValueError:
-                    return await _send_json(send, 400, "invalid Content-Length header")
-                if n > limit:
-                    return await _send_json(send, 413, msg)
-        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+        headers = dict(scope.get("headers", []))
+        declared = None
+        if b"content-length" in headers:
+            try:
+                declared = int(headers[b"content-length"])
+                if declared < 0:
+                    raise ValueError
+            except ValueError:
+                return await _send_json(send, 400, "invalid Content-Length header")
+        has_body = (declared or 0) > 0 or b"transfer-encoding" in headers
+        if not has_body:
             return await self.app(scope, receive, send)
-        chunks, size = [], 0
+        path = scope.get("path", "")
+        token = _bearer(headers)
+        claims, why = (None, "missing bearer token") if token is None else await anyio.to_thread.run_sync(
+            self.authenticate, token
+        )
+        if claims is None and path.startswith(self.protected_prefix):
+            BODY_REJECTIONS.labels("unauthenticated").inc()
+            return await _send_json(send, 401, why or "invalid token", [(b"www-authenticate", b"Bearer")])
+        limit = self.overrides.get(path, self.limit) if claims is not None else self.unauth_limit
+        msg = f"request body too large (limit {limit} bytes)"
+        if declared is not None and declared > limit:
+            BODY_REJECTIONS.labels("too_large").inc()
+            return await _send_json(send, 413, msg)
+        buf = bytearray()  # one growing (mmap-backed) buffer: received chunks are freed as they are copied in
+        size = 0
+        utf8 = codecs.getincrementaldecoder("utf-8")()
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -55,21 +114,46 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
+                BODY_REJECTIONS.labels("too_large").inc()
                 return await _send_json(send, 413, msg)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
+            more = message.get("more_body", False)
+            if not _utf8_ok(utf8, chunk, final=not more):
+                BODY_REJECTIONS.labels("not_utf8").inc()
+                return await _send_json(send, 400, "request body is not UTF-8 (JSON must be UTF-8, RFC 8259)")
+            buf += chunk
+            del chunk, message
+            if not more:
                 break
-        body = b"".join(chunks)
-        sent = False
+        if claims is not None:
+            scope.setdefault("state", {})["hero_claims"] = claims
+        pending = [bytes(buf)]
+        del buf
 
         async def replay():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
+            if pending:  # handed over once, then forgotten here: the app holds the only copy
+                return {"type": "http.request", "body": pending.pop(), "more_body": False}
             return await receive()
 
         return await self.app(scope, replay, send)
+
+
+def _utf8_ok(decoder, chunk: bytes, *, final: bool) -> bool:
+    """Incremental strict UTF-8 check (no copy of ASCII chunks; sequences may span chunks).
+
+    A NUL byte is refused too: JSON text never contains one raw, and UTF-16/32 text of ASCII characters
+    is NUL-riddled byte soup that would otherwise pass as "valid UTF-8".
+    """
+    if b"\x00" in chunk:
+        return False
+    try:
+        if chunk.isascii() and not decoder.getstate()[0]:
+            return True
+        decoder.decode(chunk, final)
+        if final:
+            decoder.decode(b"", True)
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 class AccessLogMiddleware:
@@ -98,8 +182,9 @@ class AccessLogMiddleware:
             template = getattr(route, "path", None) or "unmatched"
             status = status_holder["status"]
             dur = time.perf_counter() - start
-            REQUESTS.labels(scope["method"], template, str(status)).inc()
-            REQUEST_SECONDS.labels(scope["method"], template).observe(dur)
+            method = method_label(scope["method"])
+            REQUESTS.labels(method, template, str(status) if 100 <= status < 600 else "other").inc()
+            REQUEST_SECONDS.labels(method, template).observe(dur)
             if status in (401, 403):
                 AUTH_FAILURES.labels(str(status)).inc()
             state = scope.get("state", {})
@@ -107,7 +192,7 @@ class AccessLogMiddleware:
                 "request",
                 extra={
                     "request_id": rid,
-                    "method": scope["method"],
+                    "method": method,
                     "path": template,
                     "status": status,
                     "duration_ms": round(dur * 1000, 2),

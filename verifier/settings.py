@@ -45,6 +45,7 @@ class Settings(BaseSettings):
 
     # Limits
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    unauth_max_body_bytes: int = Field(default=1024, ge=0)  # outside /v1 (which reads nothing unauthenticated)
     max_texts: int = Field(default=32, ge=1)
     max_text_chars: int = Field(default=20_000, ge=1)
     alpha: float = Field(default=1e-4, gt=0, lt=1)
@@ -61,6 +62,10 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(default=5, ge=1)
     broker_visibility_timeout: int = Field(default=3600, ge=1)
     worker_device: str = "auto"  # auto: cuda when available, else cpu
+    metrics_exposure: Literal["public", "auth", "off"] = "public"  # auth: a token whose role has metrics.read
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)  # also serve /metrics on its own bind
+    metrics_host: str = "127.0.0.1"
+    docs_exposure: Literal["public", "off"] = "public"  # /docs, /redoc, /openapi.json
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: str = "INFO"

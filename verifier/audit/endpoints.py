@@ -13,8 +13,9 @@ from pydantic import BaseModel
 from verifier.audit import log as tlog
 from verifier.audit.service import list_events, verify_chain
 from verifier.auth.dependencies import Principal, require
+from verifier.bodies import JsonRoute
 
-router = APIRouter(prefix="/v1/audit", tags=["audit"])
+router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=JsonRoute)
 
 
 class AuditEventOut(BaseModel):

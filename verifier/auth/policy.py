@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all"})
+ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all", "metrics.read"})
 
 
 class PolicyError(ValueError):

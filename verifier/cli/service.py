@@ -60,6 +60,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
     warm = getattr(ctx.runner, "tokenizer", None)
     if warm is not None:
         warm(ctx.profile.tokenizer)  # load now, not on the first request
+    if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port, addr=settings.metrics_host)
     uvicorn.run(
         app,
         host=args.host or settings.host,

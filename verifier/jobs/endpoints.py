@@ -9,13 +9,14 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from verifier.auth.dependencies import Principal, require
+from verifier.bodies import JsonRoute
 from verifier.jobs import store as jobs
 from verifier.keys.kek import KekError
 from verifier.verify.endpoints import check_texts
 from verifier.verify.schemas import ResultOut
 
 log = logging.getLogger("hero.jobs")
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JsonRoute)
 
 
 class JobIn(BaseModel):

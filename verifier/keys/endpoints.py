@@ -8,11 +8,12 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request
 
 from verifier.audit.service import AuditEvent, AuditUnavailable, record
 from verifier.auth.dependencies import Principal, require
+from verifier.bodies import JsonRoute
 from verifier.engine.keystore import KeyStoreError
 from verifier.keys.schemas import DestroyIn, KeyListOut, KeyVersionOut
 from verifier.keys.service import KeyConflict, KeyNotFound, version_meta
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"])
+router = APIRouter(prefix="/v1/keys", tags=["keys"], route_class=JsonRoute)
 
 Level = Annotated[int, Path(ge=1, le=64, description="key level (1 = public)")]
 Version = Annotated[str, Path(pattern=r"^l[0-9]{1,4}-v[0-9]{1,9}$", max_length=32, description="e.g. l1-v2")]

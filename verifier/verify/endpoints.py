@@ -6,13 +6,14 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 
 from verifier.audit.service import AuditUnavailable
 from verifier.auth.dependencies import Principal, require
+from verifier.bodies import JsonRoute
 from verifier.engine.decoder import DecodeError
 from verifier.engine.keystore import KeyStoreError
 from verifier.keys.kek import KekError
 from verifier.verify.schemas import VerifyIn, VerifyOut
 from verifier.verify.service import verify_texts
 
-router = APIRouter(prefix="/v1", tags=["verify"])
+router = APIRouter(prefix="/v1", tags=["verify"], route_class=JsonRoute)
 
 
 def check_texts(texts: list[str], max_texts: int, max_chars: int) -> None:

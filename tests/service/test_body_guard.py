@@ -1,0 +1,137 @@
+"""Finding 1: a huge body must not be read (unauthenticated) or parsed on the event loop (authenticated).
+
+Runs a real uvicorn on 127.0.0.1 in a subprocess (stopped at the end), streams a 63 MB
+`{"texts":[{},{},...]}` body at /v1/jobs from a raw socket, and meanwhile polls /healthz and the server's
+RSS. Today's main read the whole body and json.loads'ed it on the loop: +1.6 GB and /healthz frozen 4.7 s.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+BODY_BYTES = 63_000_000  # under HERO_JOB_MAX_BODY_BYTES (64 MB), as in the report
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = _free_port()
+    env = dict(os.environ, HERO_HOME=str(tmp_path / "home"), HERO_DEV_MODE="1",
+               HERO_DATABASE_URL=f"sqlite:///{tmp_path / 'srv.db'}", HERO_LOG_LEVEL="WARNING")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "verifier.app:app_from_env", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.2)
+        yield base, port, proc, env
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def _attack(port: int, headers: str, result: dict) -> None:
+    """Streams a 63 MB body of empty objects; records the status line (or that the server hung up)."""
+    unit = b"{}," * (1 << 18)
+    n = BODY_BYTES // len(unit)
+    head, tail = b'{"texts":[', b"{}]}"
+    length = len(head) + n * len(unit) + len(tail)
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(30)
+    try:
+        s.sendall(f"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}"
+                  f"Content-Length: {length}\r\n\r\n".encode() + head)
+        for _ in range(n):
+            s.sendall(unit)
+        s.sendall(tail)
+    except OSError:
+        result["hung_up_while_sending"] = True
+    try:
+        data = s.recv(4096)
+        result["status"] = int(data.split(b" ", 2)[1]) if data else None
+    except OSError:
+        result["status"] = None
+    finally:
+        s.close()
+
+
+def _run(base: str, port: int, proc, headers: str) -> dict:
+    rss0 = _rss_mb(proc.pid)
+    result: dict = {}
+    t = threading.Thread(target=_attack, args=(port, headers, result))
+    t.start()
+    worst, peak = 0.0, rss0
+    with httpx.Client(timeout=5) as c:
+        while t.is_alive():
+            t0 = time.perf_counter()
+            assert c.get(base + "/healthz").status_code == 200
+            worst = max(worst, time.perf_counter() - t0)
+            peak = max(peak, _rss_mb(proc.pid))
+            time.sleep(0.05)
+    t.join()
+    for _ in range(10):  # the parse may still be finishing after the last byte was sent
+        peak = max(peak, _rss_mb(proc.pid))
+        t0 = time.perf_counter()
+        httpx.get(base + "/healthz", timeout=5)
+        worst = max(worst, time.perf_counter() - t0)
+        time.sleep(0.1)
+    return {**result, "rss_growth_mb": peak - rss0, "worst_healthz_s": worst}
+
+
+def test_unauthenticated_63mb_body_is_never_read(server):
+    base, port, proc, _ = server
+    out = _run(base, port, proc, "")
+    assert out["status"] in (401, None), out  # 401 sent before the body; the client may see the hang-up first
+    assert out["rss_growth_mb"] < 100, out
+    assert out["worst_healthz_s"] < 0.2, out
+    metrics = httpx.get(base + "/metrics").text
+    assert 'hero_body_rejections_total{reason="unauthenticated"} 1.0' in metrics
+
+
+def test_authenticated_63mb_nested_body_is_refused_without_building_it(server):
+    from verifier.auth.devkeys import mint_token
+    from verifier.settings import Settings
+
+    base, port, proc, env = server
+    token = mint_token(Settings(home=Path(env["HERO_HOME"]), dev_mode=True), "moderator", "mallory")
+    out = _run(base, port, proc, f"Authorization: Bearer {token}\r\n")
+    assert out["status"] == 422, out
+    # The body itself (63 MB, within HERO_JOB_MAX_BODY_BYTES) is held once; nothing is built from it.
+    assert out["rss_growth_mb"] < 100 + BODY_BYTES / 2**20, out
+    assert out["worst_healthz_s"] < 0.2, out

@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     jwks_file: Path | None = None
     jwks_url: str | None = None
     jwks_cache_seconds: int = Field(default=300, ge=10, le=86400)
+    jwks_wait_seconds: float = Field(default=3.0, ge=0, le=30)  # longest a request waits for a JWKS fetch
     jwt_issuer: str = "hero-dev"
     jwt_audience: str = "hero-verifier"
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=60)

@@ -4,15 +4,19 @@ Each trusted key carries exactly one algorithm; a token whose header `alg` diffe
 rejected before any signature check, so `none` and HS* (e.g. HMAC keyed with the public key) can never
 be accepted. Required claims: exp, iat, iss, aud, sub, jti; leeway <= 60 s; lifetime <= max TTL.
 Key sources: a JWKS file (HERO_JWKS_FILE, reloaded when it changes), a JWKS URL (HERO_JWKS_URL,
-fetched with httpx from worker threads, cached), and the dev key in dev mode.
+fetched with httpx by a background thread, cached, with backoff), and the dev key in dev mode. A bad
+key is skipped and logged; a bad or unreachable set keeps the last good one; nothing here ever turns a
+request into a 500 or stops start-up.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,9 @@ log = logging.getLogger("hero.auth")
 REQUIRED_CLAIMS = ("exp", "iat", "iss", "aud", "sub", "jti")
 MAX_TOKEN_BYTES = 8192
 URL_REFRESH_MIN_SECONDS = 30
+FETCH_TIMEOUT_SECONDS = 5.0
+BACKOFF_BASE_SECONDS = 2.0
+BACKOFF_MAX_SECONDS = 300.0
 _ALLOWED = {("OKP", "Ed25519"): "EdDSA", ("EC", "P-256"): "ES256"}
 
 
@@ -54,99 +61,179 @@ class Claims:
     raw: dict[str, Any]
 
 
-def parse_jwks(data: Any, source: str) -> dict[str, TrustedKey]:
+def _parse_key(jwk: Any, i: int, source: str) -> TrustedKey:
+    if not isinstance(jwk, dict):
+        raise JwksError(f"{source}: key {i} is not an object")
+    kid = jwk.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise JwksError(f"{source}: key {i} has no 'kid'")
+    if "d" in jwk:
+        raise JwksError(f"{source}: key {kid!r} contains private material; publish public keys only")
+    alg = _ALLOWED.get((jwk.get("kty"), jwk.get("crv")))
+    if alg is None:
+        raise JwksError(f"{source}: key {kid!r}: only Ed25519 (EdDSA) and P-256 (ES256) keys are accepted")
+    if jwk.get("alg", alg) != alg:
+        raise JwksError(f"{source}: key {kid!r}: alg {jwk.get('alg')!r} does not match its key type ({alg})")
+    if jwk.get("use", "sig") != "sig":
+        raise JwksError(f"{source}: key {kid!r} is not a signing key")
+    try:
+        key = jwt.PyJWK(dict(jwk, alg=alg)).key
+    except Exception as exc:  # InvalidKeyError, PyJWKError, ValueError...: any malformed key
+        raise JwksError(f"{source}: key {kid!r} is malformed ({exc.__class__.__name__})") from None
+    return TrustedKey(kid, alg, key, source)
+
+
+def load_jwks(data: Any, source: str) -> tuple[dict[str, TrustedKey], list[str]]:
+    """(usable keys, problems): one bad key is skipped, never fatal for the others."""
     if not isinstance(data, dict) or not isinstance(data.get("keys"), list):
-        raise JwksError(f"{source}: expected a JWKS object with a 'keys' list")
+        return {}, [f"{source}: expected a JWKS object with a 'keys' list"]
     out: dict[str, TrustedKey] = {}
+    problems: list[str] = []
     for i, jwk in enumerate(data["keys"]):
-        if not isinstance(jwk, dict):
-            raise JwksError(f"{source}: key {i} is not an object")
-        kid = jwk.get("kid")
-        if not isinstance(kid, str) or not kid:
-            raise JwksError(f"{source}: key {i} has no 'kid'")
-        if "d" in jwk:
-            raise JwksError(f"{source}: key {kid!r} contains private material; publish public keys only")
-        alg = _ALLOWED.get((jwk.get("kty"), jwk.get("crv")))
-        if alg is None:
-            raise JwksError(f"{source}: key {kid!r}: only Ed25519 (EdDSA) and P-256 (ES256) keys are accepted")
-        if jwk.get("alg", alg) != alg:
-            raise JwksError(f"{source}: key {kid!r}: alg {jwk.get('alg')!r} does not match its key type ({alg})")
-        if jwk.get("use", "sig") != "sig":
-            raise JwksError(f"{source}: key {kid!r} is not a signing key")
-        if kid in out:
-            raise JwksError(f"{source}: duplicate kid {kid!r}")
         try:
-            key = jwt.PyJWK(dict(jwk, alg=alg)).key
-        except jwt.PyJWKError as exc:
-            raise JwksError(f"{source}: key {kid!r} is malformed ({exc.__class__.__name__})") from None
-        out[kid] = TrustedKey(kid, alg, key, source)
-    return out
+            key = _parse_key(jwk, i, source)
+        except JwksError as exc:
+            problems.append(str(exc))
+            continue
+        if key.kid in out:
+            problems.append(f"{source}: duplicate kid {key.kid!r}; both copies ignored")
+            out.pop(key.kid)
+            continue
+        out[key.kid] = key
+    return out, problems
+
+
+def parse_jwks(data: Any, source: str) -> dict[str, TrustedKey]:
+    """Strict: the whole set or an error (dev key, tests, tooling)."""
+    keys, problems = load_jwks(data, source)
+    if problems:
+        raise JwksError(problems[0])
+    return keys
+
+
+def _http_fetch(url: str) -> Any:
+    resp = httpx.get(url, timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False)
+    resp.raise_for_status()
+    return resp.json()
 
 
 class KeySource:
-    """Thread-safe view over the configured key sources."""
+    """Thread-safe view over the configured key sources.
 
-    def __init__(self, settings) -> None:
+    The lock only guards state: no file or network I/O ever happens while it is held. A JWKS URL is
+    fetched by one background thread at a time (at start-up, when the cache is stale, or for an unknown
+    kid at most every URL_REFRESH_MIN_SECONDS), with exponential backoff after failures, first fetch
+    included. A request waits at most HERO_JWKS_WAIT_SECONDS for a fetch in flight; a known kid is served
+    from the last good set at once, even while a refresh runs or fails. A set with bad keys keeps its
+    good keys (each bad one logged); a set with none keeps the previous one.
+    """
+
+    def __init__(self, settings, *, fetch: Callable[[str], Any] | None = None) -> None:
         self.settings = settings
         self._lock = threading.Lock()
+        self._file_lock = threading.Lock()
         self._file_keys: dict[str, TrustedKey] = {}
         self._file_mtime: float | None = None
         self._url_keys: dict[str, TrustedKey] = {}
-        self._url_fetched = 0.0
-        self._url_attempted = 0.0
+        self._url_fetched = 0.0  # monotonic time of the last successful fetch; 0 = never
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._inflight: threading.Event | None = None
+        self._fetch = fetch or _http_fetch
+        self.wait_seconds = float(getattr(settings, "jwks_wait_seconds", 3.0))
         self._dev_keys: dict[str, TrustedKey] = {}
         if settings.dev_mode:
             self._dev_keys = parse_jwks({"keys": [dev_public_jwk(settings.dev_key_dir)]}, "dev key")
         if settings.jwks_file:
-            self._reload_file(force=True)
+            self._reload_file()
+        if settings.jwks_url:
+            self._start_fetch(time.monotonic())
         if not (settings.jwks_file or settings.jwks_url or settings.dev_mode):
             log.warning("no JWT keys configured (HERO_JWKS_FILE / HERO_JWKS_URL / HERO_DEV_MODE): every request is 401")
 
-    def _reload_file(self, force: bool = False) -> None:
+    # -- file ------------------------------------------------------------------------------------
+    def _reload_file(self) -> None:
         path = Path(self.settings.jwks_file)
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            if force:
-                raise JwksError(f"cannot read JWKS file {path}") from None
-            return
-        if not force and mtime == self._file_mtime:
-            return
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            raise JwksError(f"JWKS file {path} is not valid JSON") from None
-        self._file_keys = parse_jwks(data, str(path))
-        self._file_mtime = mtime
+        with self._file_lock:
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                if self._file_mtime is None:
+                    log.error("JWKS file is not readable; no keys from it until it is", extra={"path": str(path)})
+                    self._file_mtime = -1.0
+                return
+            if mtime == self._file_mtime:
+                return
+            self._file_mtime = mtime
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                log.error("JWKS file is not valid JSON; keeping the previous key set", extra={"path": str(path)})
+                return
+            keys, problems = load_jwks(data, str(path))
+            for p in problems:
+                log.error("JWKS key skipped", extra={"problem": p})
+            if keys or not problems:
+                self._file_keys = keys
+            else:
+                log.error("JWKS file has no usable key; keeping the previous key set", extra={"path": str(path)})
 
-    def _fetch_url(self) -> None:
-        now = time.monotonic()
-        if now - self._url_attempted < URL_REFRESH_MIN_SECONDS and self._url_fetched:
-            return
-        self._url_attempted = now
+    # -- URL -------------------------------------------------------------------------------------
+    def _start_fetch(self, now: float) -> threading.Event | None:
+        """The fetch in flight (starting one if backoff allows), or None."""
+        with self._lock:
+            if self._inflight is not None:
+                return self._inflight
+            if now < self._next_attempt:
+                return None
+            done = self._inflight = threading.Event()
+        threading.Thread(target=self._run_fetch, args=(done,), name="jwks-fetch", daemon=True).start()
+        return done
+
+    def _run_fetch(self, done: threading.Event) -> None:
+        keys: dict[str, TrustedKey] = {}
         try:
-            resp = httpx.get(self.settings.jwks_url, timeout=5.0, follow_redirects=False)
-            resp.raise_for_status()
-            self._url_keys = parse_jwks(resp.json(), "JWKS URL")
-            self._url_fetched = now
-        except (httpx.HTTPError, ValueError, JwksError) as exc:
+            keys, problems = load_jwks(self._fetch(self.settings.jwks_url), "JWKS URL")
+            for p in problems:
+                log.error("JWKS key skipped", extra={"problem": p})
+            ok = bool(keys)
+        except Exception as exc:  # network, HTTP status, JSON: keep the last good set
             log.warning("JWKS URL fetch failed", extra={"error": exc.__class__.__name__})
+            ok = False
+        with self._lock:
+            now = time.monotonic()
+            if ok:
+                self._url_keys, self._url_fetched, self._failures, self._next_attempt = keys, now, 0, 0.0
+            else:
+                self._failures += 1
+                delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (self._failures - 1))
+                self._next_attempt = now + delay * random.uniform(0.5, 1.0)
+            self._inflight = None
+        done.set()
+
+    def _from_url(self, kid: str) -> TrustedKey | None:
+        now = time.monotonic()
+        keys = self._url_keys
+        never = self._url_fetched == 0.0
+        stale = never or now - self._url_fetched > self.settings.jwks_cache_seconds
+        if kid in keys and not stale:
+            return keys[kid]
+        due = stale or now - self._url_fetched >= URL_REFRESH_MIN_SECONDS
+        inflight = self._start_fetch(now) if due else None
+        if kid in keys:
+            return keys[kid]  # stale but known: last good set now, refresh in the background
+        if inflight is not None:
+            inflight.wait(self.wait_seconds)
+        return self._url_keys.get(kid)
 
     def get(self, kid: str) -> TrustedKey | None:
-        with self._lock:
-            if self.settings.jwks_file:
-                try:
-                    self._reload_file()
-                except JwksError:
-                    log.warning("JWKS file reload failed; keeping the previous key set")
-            for keys in (self._dev_keys, self._file_keys):
-                if kid in keys:
-                    return keys[kid]
-            if self.settings.jwks_url:
-                stale = time.monotonic() - self._url_fetched > self.settings.jwks_cache_seconds
-                if stale or kid not in self._url_keys:
-                    self._fetch_url()  # blocking: callers run in worker threads, never on the event loop
-                return self._url_keys.get(kid)
+        if self.settings.jwks_file:
+            self._reload_file()
+        for keys in (self._dev_keys, self._file_keys):
+            if kid in keys:
+                return keys[kid]
+        if self.settings.jwks_url:
+            return self._from_url(kid)
         return None
 
 
@@ -166,7 +253,11 @@ class TokenVerifier:
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
             raise AuthError("token has no key id (kid)")
-        key = self.keys.get(kid)
+        try:
+            key = self.keys.get(kid)
+        except Exception as exc:  # a key source must never turn a request into a 500
+            log.error("key lookup failed", extra={"error": exc.__class__.__name__})
+            key = None
         if key is None:
             raise AuthError("unknown key id")
         if header.get("alg") != key.alg:
@@ -194,6 +285,9 @@ class TokenVerifier:
         except jwt.InvalidSignatureError:
             raise AuthError("token signature invalid") from None
         except jwt.PyJWTError:
+            raise AuthError("invalid token") from None
+        except Exception as exc:  # e.g. a key object the backend rejects at verify time
+            log.error("token verification failed", extra={"error": exc.__class__.__name__})
             raise AuthError("invalid token") from None
         exp, iat = claims.get("exp"), claims.get("iat")
         if not isinstance(exp, int | float) or not isinstance(iat, int | float):

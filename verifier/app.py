@@ -23,6 +23,7 @@ from verifier.auth.policy import load_policy
 from verifier.context import ServiceContext
 from verifier.db import Database, upgrade
 from verifier.engine.profile import PROFILES_DIR, load_profile
+from verifier.files import private_dir
 from verifier.jobs.base import JobRunner
 from verifier.jobs.endpoints import router as jobs_router
 from verifier.jobs.inprocess import InProcessJobRunner, default_tokenizer_loader
@@ -30,6 +31,7 @@ from verifier.keys.endpoints import router as keys_router
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
 from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
+from verifier.ratelimit import make_rate_limiter
 from verifier.settings import Settings, get_settings
 from verifier.verify.endpoints import router as verify_router
 
@@ -47,6 +49,7 @@ def build_context(
     tokenizer_loader: Callable[[str], Any] | None = None,
     runner: JobRunner | None = None,
 ) -> ServiceContext:
+    private_dir(settings.home)
     if settings.should_auto_migrate:
         upgrade(settings.db_url)
     db = Database(settings.db_url)
@@ -65,6 +68,7 @@ def build_context(
         runner=runner,
         jobs=_job_dispatcher(settings, db, store, policy, runner, tokenizer_loader),
         signer=signer_from_settings(settings),
+        limiter=make_rate_limiter(settings),
     )
 
 

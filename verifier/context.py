@@ -12,6 +12,7 @@ from verifier.db import Database
 from verifier.engine.profile import Profile
 from verifier.jobs.base import JobRunner
 from verifier.keys.service import DbKeyStore
+from verifier.ratelimit import RateLimiter
 from verifier.settings import Settings
 
 
@@ -25,6 +26,7 @@ class ServiceContext:
     profile: Profile
     runner: JobRunner
     signer: LogSigner | None = None  # signs transparency-log checkpoints
+    limiter: RateLimiter | None = None  # per-subject / per-role quotas
     jobs: Any = None  # verifier.jobs.dispatch.InProcessDispatcher | CeleryDispatcher
 
     def __repr__(self) -> str:

@@ -7,7 +7,9 @@ psycopg 3 (`postgresql+psycopg://...`).
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
+from verifier.files import FILE_MODE, private_dir, restrict_files
 from verifier.settings import REPO_ROOT
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -29,7 +32,7 @@ def make_engine(url: str) -> Engine:
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:":
-            Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(u.database).expanduser())
         engine = create_engine(
             u, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
         )
@@ -41,6 +44,7 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA secure_delete=ON")  # freed space is zeroed: deleted key rows leave no bytes
             cur.close()
 
         @event.listens_for(engine, "begin")
@@ -51,6 +55,16 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(u, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """Creates the database file 0600 before SQLite does (its -wal/-shm files copy that mode) and
+    tightens an existing one: it holds job results that name people and the audit log."""
+    if not path.parent.exists():
+        private_dir(path.parent)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, FILE_MODE)
+    os.close(fd)
+    restrict_files([path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")])
 
 
 class Database:
@@ -85,6 +99,31 @@ class Database:
             finally:
                 s.rollback()
 
+    def purge_deleted(self, table: str, attempts: int = 50) -> bool:
+        """Physically removes old row versions of `table` after a destruction; True when nothing is left.
+
+        SQLite (secure_delete on): checkpoint the WAL and truncate it, so no older page image survives
+        (retried while readers hold old snapshots). PostgreSQL: VACUUM FULL rewrites the table, leaving
+        no dead tuple holding the old bytes. Backups and PostgreSQL's own WAL archive are out of reach:
+        see docs/service.md (key destruction).
+        """
+        if self.dialect == "sqlite":
+            for _ in range(attempts):
+                raw = self.engine.raw_connection()
+                try:
+                    busy, _log, _done = raw.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                finally:
+                    raw.close()
+                if busy == 0:
+                    return True
+                time.sleep(0.1)
+            return False
+        if not table.isidentifier():
+            raise ValueError(f"not a table name: {table!r}")
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f'VACUUM FULL "{table}"'))
+        return True
+
     def ping(self) -> bool:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
@@ -101,6 +140,28 @@ def alembic_config(url: str):
     cfg.set_main_option("script_location", str(REPO_ROOT / "migrations"))
     cfg.attributes["url"] = url
     return cfg
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The database is not at this version's migration head (message: one line, what to run)."""
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head() or ""
+
+
+def check_schema(db: Database) -> None:
+    """Raises SchemaNotCurrent unless the database is migrated to head."""
+    from alembic.runtime.migration import MigrationContext
+
+    with db.engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    head = head_revision()
+    if current != head:
+        state = "not migrated" if current is None else f"at revision {current}"
+        raise SchemaNotCurrent(f"the database is {state} (this version needs {head}); run `hero db upgrade`")
 
 
 _upgrade_lock = threading.Lock()

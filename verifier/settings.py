@@ -50,6 +50,7 @@ class Settings(BaseSettings):
     max_texts: int = Field(default=32, ge=1)
     max_text_chars: int = Field(default=20_000, ge=1)
     alpha: float = Field(default=1e-4, gt=0, lt=1)
+    rate_limit_url: str | None = None  # redis://... shared quota counters; default: the broker if Redis, else memory
 
     # Jobs / serving
     job_backend: Literal["inprocess"] = "inprocess"  # /v1/verify runner; /v1/jobs go to Celery when broker_url is set

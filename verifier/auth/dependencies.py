@@ -19,6 +19,7 @@ class Principal:
     jti: str
     max_level: int
     actions: frozenset[str]
+    iss: str = ""  # token issuer: identity is (iss, sub), never sub alone
 
 
 def _unauthorized(msg: str) -> HTTPException:
@@ -42,7 +43,9 @@ def current_principal(
     if role is None:
         raise HTTPException(status_code=403, detail="role not allowed by server policy")
     request.state.subject = claims.sub
-    return Principal(claims.sub, role.name, claims.jti, role.level_limit(ctx.profile.depth), role.actions)
+    iss = claims.raw.get("iss")
+    return Principal(claims.sub, role.name, claims.jti, role.level_limit(ctx.profile.depth), role.actions,
+                     iss if isinstance(iss, str) else "")
 
 
 def require(action: str):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from verifier.ratelimit import RoleLimits
+
 ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all", "metrics.read"})
 
 
@@ -19,6 +21,7 @@ class Role:
     name: str
     max_level: int | None  # None = all levels of the profile
     actions: frozenset[str]
+    limits: RoleLimits | None = None  # quotas on texts verified; None = unlimited
 
     def level_limit(self, depth: int) -> int:
         return depth if self.max_level is None else min(self.max_level, depth)
@@ -30,6 +33,18 @@ class Policy:
 
     def role(self, name: str) -> Role | None:
         return self.roles.get(name)
+
+
+def _limits(path: Path, name: str, raw: object) -> RoleLimits | None:
+    if raw is None:
+        return None
+    fields = set(RoleLimits.__dataclass_fields__)
+    if not isinstance(raw, dict) or set(raw) - fields:
+        raise PolicyError(f"{path}: role {name!r}: limits must be a mapping with keys among {sorted(fields)}")
+    for k, v in raw.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise PolicyError(f"{path}: role {name!r}: limits.{k} must be a positive integer")
+    return RoleLimits(**raw)
 
 
 def load_policy(path: Path) -> Policy:
@@ -56,5 +71,5 @@ def load_policy(path: Path) -> Policy:
         unknown = set(actions) - ACTIONS
         if unknown:
             raise PolicyError(f"{path}: role {name!r}: unknown actions {sorted(unknown)}")
-        roles[name] = Role(name, max_level, frozenset(actions))
+        roles[name] = Role(name, max_level, frozenset(actions), _limits(path, name, spec.get("limits")))
     return Policy(roles)

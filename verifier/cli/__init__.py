@@ -33,6 +33,19 @@ def main(argv: list[str] | None = None) -> int:
         message = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         print(f"hero: error: {message}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
+
+        if not isinstance(exc, SQLAlchemyError):
+            raise
+        if isinstance(exc, ProgrammingError):  # e.g. a table that does not exist yet
+            message = "the database schema is missing or outdated; run `hero db upgrade`"
+        elif isinstance(exc, OperationalError):
+            message = f"database unavailable or busy ({exc.orig.__class__.__name__})"
+        else:
+            message = f"database error ({exc.__class__.__name__})"
+        print(f"hero: error: {message}", file=sys.stderr)  # one line: no SQL, no parameters
+        return 2
 
 
 if __name__ == "__main__":

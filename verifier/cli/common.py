@@ -25,13 +25,17 @@ def resolve_profile(name: str) -> Profile:
 
 def open_database() -> Database:
     """The service database from HERO_* settings; SQLite (embedded default) is migrated on open."""
-    from verifier.db import Database, upgrade
+    from verifier.db import Database, check_schema, upgrade
+    from verifier.files import private_dir
     from verifier.settings import Settings
 
     settings = Settings()
+    private_dir(settings.home)
     if settings.should_auto_migrate:
         upgrade(settings.db_url)
-    return Database(settings.db_url)
+    db = Database(settings.db_url)
+    check_schema(db)
+    return db
 
 
 def open_store() -> DbKeyStore:

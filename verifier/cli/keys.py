@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     dis.add_argument("--level", type=int, required=True)
     dis.add_argument("--version", required=True, help="e.g. l1-v1")
     dis.set_defaults(handler=cmd_disable)
+    ena = ks.add_parser("enable", help="decode with a disabled version again (it becomes verify-only)")
+    add_profile_arg(ena)
+    ena.add_argument("--level", type=int, required=True)
+    ena.add_argument("--version", required=True, help="e.g. l1-v1")
+    ena.set_defaults(handler=cmd_enable)
     des = ks.add_parser("destroy", help="irreversibly erase a (non-active) version's key material")
     add_profile_arg(des)
     des.add_argument("--level", type=int, required=True)
@@ -55,6 +60,14 @@ def cmd_disable(args: argparse.Namespace) -> None:
 
     profile = resolve_profile(args.profile)
     row = open_store().disable(profile, args.level, args.version)
+    emit({"profile": profile.name, "version": version_meta(row)})
+
+
+def cmd_enable(args: argparse.Namespace) -> None:
+    from verifier.keys.service import version_meta
+
+    profile = resolve_profile(args.profile)
+    row = open_store().enable(profile, args.level, args.version)
     emit({"profile": profile.name, "version": version_meta(row)})
 
 

@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     kek = sub.add_parser("kek", help="key-encryption keys (wrap the per-row data keys)")
     ks = kek.add_subparsers(dest="kek_command", required=True)
     rot = ks.add_parser("rotate", help="new KEK and re-wrap every row (watermark keys do not change)")
-    rot.add_argument("--retire-old", action="store_true", help="delete the old local KEK files afterwards")
+    rot.add_argument("--retire-old", action="store_true",
+                     help="delete the old local KEK files afterwards (refused while any data key still uses one)")
     rot.set_defaults(handler=cmd_kek_rotate)
 
 
@@ -139,15 +140,17 @@ def cmd_audit_public_key(args: argparse.Namespace) -> None:
 
 def cmd_kek_rotate(args: argparse.Namespace) -> None:
     from verifier.cli.common import open_store
+    from verifier.keys.rewrap import retire_kek, rewrap_jobs
 
     store = open_store()
     kek = store.kek
     old = kek.ids()
     new_id = kek.rotate()
     n = store.rewrap_all()
+    n_jobs = rewrap_jobs(store.db, kek)
     retired = []
     if args.retire_old:
         for kid in old:
-            kek.retire(kid)
+            retire_kek(store.db, kek, kid)  # refuses while any key row or job still uses it
             retired.append(kid)
-    emit({"kek_id": new_id, "rewrapped": n, "retired": retired})
+    emit({"kek_id": new_id, "rewrapped": n, "rewrapped_jobs": n_jobs, "retired": retired})

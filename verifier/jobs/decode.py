@@ -59,6 +59,7 @@ def decode_with_material(
             for _ in texts
         ]
     missing = dict(material.missing)
+    not_tried = dict(material.not_tried)
     decoder = Decoder(profile, material.tables, alpha=alpha, unavailable=material.unavailable, device=device)
     del material  # drop our references to the tables as soon as the decoder holds them
     out = []
@@ -74,6 +75,10 @@ def decode_with_material(
             for lv in d["levels"][1:]:
                 lv["status"] = "undecodable"
                 lv["reason"] = lv.get("reason") or f"level 1 cannot be decoded ({first['reason']})"
+        for lv in d["levels"]:
+            why = not_tried.get(lv["level"])
+            if why and lv["p_value"] > alpha:  # no evidence with the versions tried: say which were not
+                lv["reason"] = f"{lv['reason']}; {why}" if lv.get("reason") else why
         d["levels"].extend(undecodable_level(lv, r) for lv, r in sorted(missing.items()))
         out.append(d)
     return out

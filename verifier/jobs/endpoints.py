@@ -12,7 +12,7 @@ from verifier.auth.dependencies import Principal, require
 from verifier.bodies import JsonRoute
 from verifier.jobs import store as jobs
 from verifier.keys.kek import KekError
-from verifier.verify.endpoints import check_texts
+from verifier.verify.endpoints import charge_quota, check_texts
 from verifier.verify.schemas import ResultOut
 
 log = logging.getLogger("hero.jobs")
@@ -52,7 +52,7 @@ class JobOut(BaseModel):
     summary="Queue a decode job",
     description="Texts are stored encrypted; the job runs on Celery workers when HERO_BROKER_URL is set, in "
     "this process otherwise. Results are audited like /v1/verify when they are stored.",
-    responses={401: {}, 403: {}, 413: {}, 422: {}, 503: {}},
+    responses={401: {}, 403: {}, 413: {}, 422: {}, 429: {"description": "quota reached (Retry-After)"}, 503: {}},
 )
 def submit(body: JobIn, request: Request, p: Principal = Depends(require("verify"))) -> dict:
     ctx = request.app.state.ctx
@@ -60,6 +60,7 @@ def submit(body: JobIn, request: Request, p: Principal = Depends(require("verify
     if level > p.max_level:
         raise HTTPException(403, f"level {level} not allowed for role {p.role!r} (maximum {p.max_level})")
     check_texts(body.texts, ctx.settings.job_max_texts, ctx.settings.max_text_chars)
+    charge_quota(ctx, p, len(body.texts))
     try:
         job_id = jobs.create_job(
             ctx.db, ctx.store.kek, owner_sub=p.sub, role=p.role, jti=p.jti, profile=ctx.profile.name,

@@ -1,4 +1,4 @@
-"""/v1/keys: list, init, rotate, disable, destroy (metadata only in every response)."""
+"""/v1/keys: list, init, rotate, disable, enable, destroy (metadata only in every response)."""
 
 from __future__ import annotations
 
@@ -87,6 +87,23 @@ def disable(level: Level, version: Version, request: Request, p: Principal = Dep
     except KeyStoreError as exc:
         raise _map(exc) from None
     _audit(request, p, "keys.disable", level, version, "ok")
+    return version_meta(row)
+
+
+@router.post(
+    "/{level}/versions/{version}/enable",
+    response_model=KeyVersionOut,
+    summary="Decode with a disabled version again (it becomes verify-only)",
+    responses={404: {}, 409: {"description": "the version is destroyed"}},
+)
+def enable(level: Level, version: Version, request: Request, p: Principal = Depends(require("keys.write"))) -> dict:
+    _level_ok(request, level)
+    ctx = _ctx(request)
+    try:
+        row = ctx.store.enable(ctx.profile, level, version)
+    except KeyStoreError as exc:
+        raise _map(exc) from None
+    _audit(request, p, "keys.enable", level, version, "ok")
     return version_meta(row)
 
 

@@ -7,16 +7,19 @@ AES-256 KEKs in files (mode 0600) under $HERO_HOME/kek, one file per KEK id, plu
 
 from __future__ import annotations
 
-import os
+import logging
 import re
 import secrets
-import tempfile
 import threading
 from pathlib import Path
 from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from verifier.files import private_dir, write_secret
+
+log = logging.getLogger("hero.kek")
 
 _ID_RE = re.compile(r"^[a-z0-9-]{1,64}$")
 
@@ -34,16 +37,7 @@ class KekProvider(Protocol):
 
 
 def _write_secret(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_secret(path, data)
 
 
 class LocalKekProvider:
@@ -51,6 +45,8 @@ class LocalKekProvider:
 
     def __init__(self, directory: Path, *, create: bool = True) -> None:
         self.dir = Path(directory)
+        if create:
+            private_dir(self.dir)
         self._lock = threading.Lock()
         self._cache: dict[str, AESGCM] = {}
         if create and not (self.dir / "current").exists():
@@ -63,7 +59,8 @@ class LocalKekProvider:
         try:
             kid = (self.dir / "current").read_text().strip()
         except FileNotFoundError:
-            raise KekError(f"no KEK under {self.dir}; run 'hero kek rotate' or set HERO_KEK_DIR") from None
+            log.error("no KEK pointer file", extra={"path": str(self.dir)})
+            raise KekError("no KEK is configured; run 'hero kek rotate' or set HERO_KEK_DIR") from None
         if not _ID_RE.match(kid):
             raise KekError("KEK pointer file is malformed")
         return kid
@@ -76,7 +73,8 @@ class LocalKekProvider:
                 try:
                     raw = (self.dir / f"{kek_id}.key").read_bytes()
                 except FileNotFoundError:
-                    raise KekError(f"KEK {kek_id!r} is not available in {self.dir}") from None
+                    log.error("KEK file missing", extra={"kek_id": kek_id, "path": str(self.dir)})
+                    raise KekError(f"KEK {kek_id!r} is not available (retired or not mounted)") from None
                 if len(raw) != 32:
                     raise KekError(f"KEK {kek_id!r} has the wrong length")
                 self._cache[kek_id] = AESGCM(raw)
@@ -119,6 +117,7 @@ class LocalKekProvider:
 
 
 def make_kek_provider(settings) -> KekProvider:
+    private_dir(settings.home)  # HERO_HOME: 0700, whatever the umask
     if settings.kek_provider == "local":
         return LocalKekProvider(settings.kek_path)
     raise KekError(f"unknown KEK provider {settings.kek_provider!r}")  # pragma: no cover

@@ -8,7 +8,7 @@ to the levels a caller may use (`verification_material(profile, max_level)` neve
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
@@ -70,8 +70,9 @@ class VerificationMaterial:
     """Key tables for levels 1..n (no gaps) plus reasons for versions that can no longer decode."""
 
     tables: dict[int, list[KeyTable]]
-    unavailable: dict[int, str]  # level -> reason (some versions destroyed/disabled)
+    unavailable: dict[int, str]  # level -> reason (some versions destroyed: their text is undecodable)
     missing: dict[int, str]  # level -> reason (no usable version at all: level not decodable)
+    not_tried: dict[int, str] = field(default_factory=dict)  # level -> disabled versions (not handed out)
 
     def __repr__(self) -> str:
         return f"VerificationMaterial(levels={sorted(self.tables)}, missing={sorted(self.missing)})"
@@ -107,20 +108,29 @@ class DbKeyStore:
 
     # -- KeyStore protocol ---------------------------------------------------------------------
     def initialize(self, profile: Profile) -> list[VersionInfo]:
+        """Version 1 of every level that has no version yet (completes a half-initialised store)."""
         with self.db.session() as s:
-            if repo.count_profile(s, profile.name):
-                raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead")
-        return [self.rotate(profile, lv) for lv in range(1, profile.depth + 1)]
+            have = {r.level for r in repo.list_versions(s, profile.name)}
+        todo = [lv for lv in range(1, profile.depth + 1) if lv not in have]
+        if not todo:
+            raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead")
+        return [_info(self.rotate_row(profile, lv, allow_empty=True)) for lv in todo]
 
     def rotate(self, profile: Profile, level: int) -> VersionInfo:
         return _info(self.rotate_row(profile, level))
 
-    def rotate_row(self, profile: Profile, level: int) -> KeyVersionRow:
+    def rotate_row(self, profile: Profile, level: int, *, allow_empty: bool = False) -> KeyVersionRow:
+        """New active version of `level`. Refused on a profile without keys: `init` creates every level."""
         if not 1 <= level <= profile.depth:
             raise KeyNotFound(f"level must be in 1..{profile.depth}")
         for _attempt in range(5):
             try:
                 with self.db.session() as s:
+                    if not allow_empty and not repo.count_profile(s, profile.name):
+                        raise KeyConflict(
+                            f"no keys for profile {profile.name!r} yet; run 'hero keys init' (POST /v1/keys/init) "
+                            "to create every level"
+                        )
                     rows = repo.level_rows(s, profile.name, level, for_update=True)
                     now = _now()
                     for r in rows:
@@ -188,6 +198,7 @@ class DbKeyStore:
         tables: dict[int, list[KeyTable]] = {}
         unavailable: dict[int, str] = {}
         missing: dict[int, str] = {}
+        not_tried: dict[int, str] = {}
         for lv in range(1, top + 1):
             lrows = [r for r in rows if r.level == lv]
             gone = [r for r in lrows if r.status in ("destroyed", "disabled")]
@@ -199,9 +210,13 @@ class DbKeyStore:
                 )
                 continue
             tables[lv] = [self._table(profile, r) for r in usable]
-            if reason:
-                unavailable[lv] = reason
-        return VerificationMaterial(tables, unavailable, missing)
+            destroyed = _gone_reason([r for r in gone if r.status == "destroyed"])
+            disabled = _gone_reason([r for r in gone if r.status == "disabled"])
+            if destroyed:
+                unavailable[lv] = destroyed
+            if disabled:
+                not_tried[lv] = disabled
+        return VerificationMaterial(tables, unavailable, missing, not_tried)
 
     def set_status(self, profile: Profile, level: int, version: str, status: str) -> KeyVersionRow:
         if status not in ("verify-only", "disabled"):
@@ -211,6 +226,8 @@ class DbKeyStore:
             if row.status == "destroyed":
                 raise KeyConflict(f"{version} is destroyed")
             if row.status == "active":
+                if status == "verify-only":
+                    return row  # enabling the active version: nothing to do
                 raise KeyConflict(f"{version} is the active version of level {level}; rotate the level first")
             if row.status != status:
                 row.status = status
@@ -240,6 +257,9 @@ class DbKeyStore:
                 row.status = "destroyed"
                 row.status_changed_at = now
                 row.destroyed_at = now
+        if not self.db.purge_deleted(KeyVersionRow.__tablename__):
+            log.warning("old copies of a destroyed key may remain until the next checkpoint (readers busy)",
+                        extra={"version": version})
         log.info("key destroyed", extra={"profile": profile.name, "level": level, "version": version})
         return row
 
@@ -277,6 +297,7 @@ def _gone_reason(rows: list[KeyVersionRow]) -> str | None:
         )
     if disabled:
         parts.append(
-            "key version(s) " + ", ".join(r.version for r in disabled) + " disabled; text made with them is not decoded"
+            "key version(s) " + ", ".join(r.version for r in disabled)
+            + " disabled (not tried); text made with them is not decoded"
         )
     return "; ".join(parts) or None

@@ -10,6 +10,7 @@ from verifier.bodies import JsonRoute
 from verifier.engine.decoder import DecodeError
 from verifier.engine.keystore import KeyStoreError
 from verifier.keys.kek import KekError
+from verifier.ratelimit import RateLimited, RateStoreUnavailable
 from verifier.verify.schemas import VerifyIn, VerifyOut
 from verifier.verify.service import verify_texts
 
@@ -30,6 +31,17 @@ def check_texts(texts: list[str], max_texts: int, max_chars: int) -> None:
             raise HTTPException(422, f"text {i} is not valid Unicode (lone surrogate)") from None
 
 
+def charge_quota(ctx, p: Principal, n: int) -> None:
+    """Counts n texts against the caller's quotas (429 + Retry-After when over; 503 if the store is down)."""
+    role = ctx.policy.role(p.role)
+    try:
+        ctx.limiter.charge(p.role, f"{p.iss}:{p.sub}", role.limits if role else None, n)
+    except RateLimited as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    except RateStoreUnavailable as exc:
+        raise HTTPException(503, str(exc)) from None
+
+
 @router.post(
     "/verify",
     response_model=VerifyOut,
@@ -37,7 +49,8 @@ def check_texts(texts: list[str], max_texts: int, max_chars: int) -> None:
     description="Returns only levels <= the caller's role maximum (server policy). Every disclosure is "
     "appended to the audit chain before the response is sent; if that fails the answer is 503.",
     responses={401: {"description": "bad or missing token"}, 403: {"description": "action or level not allowed"},
-               413: {"description": "too large"}, 422: {"description": "bad input"}},
+               413: {"description": "too large"}, 422: {"description": "bad input"},
+               429: {"description": "quota reached (Retry-After)"}, 503: {"description": "audit log or KEK down"}},
 )
 def verify(body: VerifyIn, request: Request, p: Principal = Depends(require("verify"))) -> dict:
     ctx = request.app.state.ctx
@@ -45,6 +58,7 @@ def verify(body: VerifyIn, request: Request, p: Principal = Depends(require("ver
     if level > p.max_level:
         raise HTTPException(403, f"level {level} not allowed for role {p.role!r} (maximum {p.max_level})")
     check_texts(body.texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
+    charge_quota(ctx, p, len(body.texts))
     try:
         results = verify_texts(ctx, p, body.texts, level)
     except DecodeError as exc:

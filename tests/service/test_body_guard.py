@@ -134,4 +134,6 @@ def test_authenticated_63mb_nested_body_is_refused_without_building_it(server):
     assert out["status"] == 422, out
     # The body itself (63 MB, within HERO_JOB_MAX_BODY_BYTES) is held once; nothing is built from it.
     assert out["rss_growth_mb"] < 100 + BODY_BYTES / 2**20, out
-    assert out["worst_healthz_s"] < 0.2, out
+    # Copying 63 MB in and decoding it happen in C either way; parsing runs in a thread. Measured 0.08 s on an
+    # idle 2-core machine, up to 0.4 s at load average 12; today's main: > 4 s. The bound leaves CI headroom.
+    assert out["worst_healthz_s"] < 1.0, out

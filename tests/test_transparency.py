@@ -151,3 +151,22 @@ def test_frontier_emits_exactly_the_perfect_subtrees():
     for h in leaves:
         assert fr.append(h) == mem.append(h)
         assert fr.root() == mem.root()
+
+
+def test_witness_cosignature_round_trip_and_quorum():
+    key, vkey = _signer("o")
+    wkey = Ed25519PrivateKey.generate()
+    wvkey = tl.verifier_key("witness.example/w1", tl.raw_public(wkey.public_key()), tl.SIG_COSIGNATURE_V1)
+    events = [{"idx": i + 1, "action": "verify"} for i in range(3)]
+    tree = tl.MemoryTree([tl.event_leaf(e) for e in events])
+    note = tl.sign_note(tl.Checkpoint("o", 3, tree.root()).body(), "o", key)
+    receipt = tl.make_receipt(events[1], 1, tree.inclusion_proof(1, 3), note)
+    with pytest.raises(tl.TransparencyError, match="0 valid witness"):
+        tl.verify_receipt(receipt, vkey, witnesses=[wvkey], quorum=1)
+    cosigned = note + tl.cosign(note, "witness.example/w1", wkey, 1_700_000_000)
+    assert tl.verify_cosignature(cosigned, wvkey) == 1_700_000_000
+    assert tl.verify_receipt({**receipt, "checkpoint": cosigned}, vkey, witnesses=[wvkey], quorum=1).size == 3
+    # The log's own key cannot pass for a witness (different signature type, different key id).
+    forged = note + tl.cosign(note, "witness.example/w1", key, 1_700_000_000)
+    with pytest.raises(tl.TransparencyError):
+        tl.verify_cosignature(forged, wvkey)

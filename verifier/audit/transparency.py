@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 SIG_ED25519 = 0x01
+SIG_COSIGNATURE_V1 = 0x04  # C2SP tlog-cosignature, Ed25519
 EM_DASH = "\u2014"
 MAX_NOTE_BYTES = 1 << 20
 MAX_PROOF_LEN = 128
@@ -298,19 +299,19 @@ def _check_name(name: str) -> None:
         raise TransparencyError(f"invalid key name {name!r} (no spaces or '+')")
 
 
-def key_id(name: str, public_key: bytes) -> bytes:
-    return hashlib.sha256(name.encode() + b"\n" + bytes([SIG_ED25519]) + public_key).digest()[:4]
+def key_id(name: str, public_key: bytes, sig_type: int = SIG_ED25519) -> bytes:
+    return hashlib.sha256(name.encode() + b"\n" + bytes([sig_type]) + public_key).digest()[:4]
 
 
 def raw_public(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
-def verifier_key(name: str, public_key: bytes) -> str:
-    """`<name>+<hex key id>+<base64(0x01 || public key)>` (the text a log publishes for verifiers)."""
+def verifier_key(name: str, public_key: bytes, sig_type: int = SIG_ED25519) -> str:
+    """`<name>+<hex key id>+<base64(type || public key)>` (the text a log or witness publishes)."""
     _check_name(name)
-    kid = key_id(name, public_key).hex()
-    return f"{name}+{kid}+{base64.b64encode(bytes([SIG_ED25519]) + public_key).decode()}"
+    kid = key_id(name, public_key, sig_type).hex()
+    return f"{name}+{kid}+{base64.b64encode(bytes([sig_type]) + public_key).decode()}"
 
 
 @dataclass(frozen=True)
@@ -318,21 +319,22 @@ class NoteVerifier:
     name: str
     key_id: bytes
     public_key: Ed25519PublicKey
+    sig_type: int = SIG_ED25519
 
     @classmethod
-    def parse(cls, vkey: str) -> NoteVerifier:
+    def parse(cls, vkey: str, sig_type: int = SIG_ED25519) -> NoteVerifier:
         parts = vkey.strip().split("+", 2)
         if len(parts) != 3:
             raise TransparencyError("verifier key must be <name>+<key id>+<key>")
         name, kid_hex, key_b64 = parts
         _check_name(name)
         raw = _b64(key_b64, "verifier key")
-        if len(raw) != 33 or raw[0] != SIG_ED25519:
-            raise TransparencyError("verifier key is not an Ed25519 key")
-        kid = key_id(name, raw[1:])
+        if len(raw) != 33 or raw[0] != sig_type:
+            raise TransparencyError(f"verifier key is not an Ed25519 key of signature type {sig_type:#04x}")
+        kid = key_id(name, raw[1:], sig_type)
         if kid_hex.lower() != kid.hex():
             raise TransparencyError("verifier key id does not match its key")
-        return cls(name, kid, Ed25519PublicKey.from_public_bytes(raw[1:]))
+        return cls(name, kid, Ed25519PublicKey.from_public_bytes(raw[1:]), sig_type)
 
 
 def sign_note(body: str, name: str, private_key: Ed25519PrivateKey) -> str:
@@ -373,6 +375,48 @@ def open_note(note: str, verifier: NoteVerifier) -> str:
     raise TransparencyError(f"checkpoint is not signed by {verifier.name}")
 
 
+def _split_note(note: str) -> tuple[str, list[tuple[str, bytes]]]:
+    cut = note.rfind("\n\n")
+    if cut < 0 or not note.endswith("\n"):
+        raise TransparencyError("not a signed note (no blank line before the signatures)")
+    out = []
+    for line in note[cut + 2 :].split("\n")[:-1]:
+        parts = line.split(" ")
+        if len(parts) != 3 or parts[0] != EM_DASH:
+            raise TransparencyError("malformed signature line")
+        out.append((parts[1], _b64(parts[2], "signature")))
+    return note[: cut + 1], out
+
+
+def cosign(note: str, name: str, key: Ed25519PrivateKey, timestamp: int) -> str:
+    """A witness's C2SP tlog-cosignature/v1 (Ed25519) line over a checkpoint it checked for consistency."""
+    body, _ = _split_note(note)
+    msg = f"cosignature/v1\ntime {timestamp}\n{body}".encode()
+    kid = key_id(name, raw_public(key.public_key()), SIG_COSIGNATURE_V1)
+    sig = kid + timestamp.to_bytes(8, "big") + key.sign(msg)
+    return f"{EM_DASH} {name} {base64.b64encode(sig).decode()}\n"
+
+
+def verify_cosignature(note: str, witness_vkey: str | NoteVerifier) -> int:
+    """The timestamp of a valid cosignature of `note` by the witness; raises when there is none."""
+    w = witness_vkey if isinstance(witness_vkey, NoteVerifier) else NoteVerifier.parse(
+        witness_vkey, SIG_COSIGNATURE_V1
+    )
+    body, sigs = _split_note(note)
+    for name, raw in sigs:
+        if name != w.name or raw[:4] != w.key_id:
+            continue
+        if len(raw) != 4 + 8 + 64:
+            raise TransparencyError("cosignature has the wrong length")
+        ts = int.from_bytes(raw[4:12], "big")
+        try:
+            w.public_key.verify(raw[12:], f"cosignature/v1\ntime {ts}\n{body}".encode())
+        except InvalidSignature:
+            raise TransparencyError(f"cosignature of {w.name} is invalid") from None
+        return ts
+    raise TransparencyError(f"checkpoint is not cosigned by {w.name}")
+
+
 def open_checkpoint(note: str, vkey: str | NoteVerifier, origin: str | None = None) -> Checkpoint:
     verifier = vkey if isinstance(vkey, NoteVerifier) else NoteVerifier.parse(vkey)
     cp = Checkpoint.parse(open_note(note, verifier))
@@ -396,10 +440,21 @@ def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], c
     }
 
 
-def verify_receipt(receipt: dict, vkey: str, *, origin: str | None = None, text: str | None = None) -> Checkpoint:
+def verify_receipt(
+    receipt: dict,
+    vkey: str,
+    *,
+    origin: str | None = None,
+    text: str | None = None,
+    witnesses: Sequence[str] = (),
+    quorum: int = 0,
+) -> Checkpoint:
     """Offline check that `receipt`'s event is in the log the signed checkpoint commits to.
 
-    With `text`, also checks that the event is about that text (its SHA-256). Returns the checkpoint.
+    With `text`, also checks that the event is about that text (its SHA-256). With `witnesses` (their
+    cosignature vkeys), at least `quorum` of them must have cosigned the checkpoint: a log that shows
+    different histories to different people cannot get the same witnesses to sign both. Returns the
+    checkpoint.
     """
     try:
         event = receipt["event"]
@@ -415,5 +470,15 @@ def verify_receipt(receipt: dict, vkey: str, *, origin: str | None = None, text:
     if text is not None and event.get("text_sha256") != hashlib.sha256(text.encode("utf-8")).hexdigest():
         raise TransparencyError("receipt is about a different text")
     cp = open_checkpoint(note, vkey, origin)
+    if quorum:
+        ok = 0
+        for w in witnesses:
+            try:
+                verify_cosignature(note, w)
+                ok += 1
+            except TransparencyError:
+                continue
+        if ok < quorum:
+            raise TransparencyError(f"checkpoint has {ok} valid witness cosignature(s); {quorum} required")
     verify_inclusion(event_leaf(event), index, cp.size, proof, cp.root)
     return cp

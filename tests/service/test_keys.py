@@ -82,7 +82,7 @@ def test_versions_and_lifecycle(svc):
     # Tables handed to decoders: usable versions only, with reasons for the others.
     mat = svc.ctx.store.verification_material(svc.ctx.profile, 2)
     assert [t.version for t in mat.tables[1]] == ["l1-v3"]
-    assert "l1-v1 destroyed on" in mat.unavailable[1] and "l1-v2 disabled" in mat.unavailable[1]
+    assert "l1-v1 destroyed on" in mat.unavailable[1] and "l1-v2 disabled" in mat.not_tried[1]
     # Responses are metadata only.
     for v in listing["versions"]:
         assert set(v) == {"profile", "level", "version", "status", "created_at", "status_changed_at",

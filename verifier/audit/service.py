@@ -117,6 +117,15 @@ def record(db: Database, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
         raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
 
 
+def record_with_receipts(db: Database, events: Sequence[AuditEvent], signer, interval_s: float) -> list[dict]:
+    """`record`, plus one transparency-log receipt per event (same transaction: no receipt, no answer)."""
+    try:
+        with db.session() as s:
+            return tlog.receipts(s, signer, append(s, events), interval_s)
+    except Exception as exc:
+        raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
+
+
 def verify_chain(db: Database, vkey: str | None = None) -> ChainReport:
     """Walks the chain on a read snapshot (never blocks writers); see verifier.audit.verification."""
     from verifier.audit.verification import verify_chain as _verify

@@ -6,12 +6,11 @@ import json
 
 from sqlalchemy import func, select
 
+from tests.helpers.workers import make_texts
 from verifier.audit.models import AuditEventRow
 from verifier.audit.service import AuditEvent, verify_chain
-from verifier.jobs import store as jobs
+from verifier.jobs import service as jobs
 from verifier.jobs.models import JobItemRow
-
-from .conftest import make_texts
 
 
 def test_inprocess_job_matches_verify_and_is_owner_only(any_db_url, make_service):

@@ -218,6 +218,12 @@ def load_profile(path: str | Path) -> Profile:
 PROFILES_DIR = project_root() / "policies" / "profiles"
 
 
+def resolve_profile(name_or_path: str) -> Profile:
+    """A profile by name (a file under policies/profiles) or by path to a YAML file."""
+    path = PROFILES_DIR / f"{name_or_path}.yaml"
+    return load_profile(path if path.exists() else name_or_path)
+
+
 def default_profile() -> Profile:
     """HeRo^2(2,2) at 24 bits for SmolLM2 (V = 49152), K_1 = 80 (the evaluation's best; the paper used 20)."""
     return load_profile(PROFILES_DIR / "default.yaml")

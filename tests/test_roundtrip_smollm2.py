@@ -17,7 +17,7 @@ from verifier.engine.generation import generate_watermarked
 from verifier.engine.profile import default_profile
 from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 N_PROMPTS, N_HUMANS, NEW_TOKENS = 16, 200, 200
 
 

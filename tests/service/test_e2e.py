@@ -11,7 +11,7 @@ import pytest
 from tests.helpers.postgres import REQUIRE, schema_url
 from verifier.engine.generation import generate_watermarked
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 PROMPTS = [
     "Once upon a time in a small village",

@@ -6,6 +6,7 @@ import base64
 import json
 import time
 
+import pytest
 from sqlalchemy import func, select
 
 from tests.helpers.service import secret_forms
@@ -43,6 +44,8 @@ def _redis_dump(client) -> bytes:
                 pass
     return b"\n".join(out)
 
+
+pytestmark = pytest.mark.slow  # real redis-server and Celery worker subprocesses
 
 def test_broker_messages_carry_only_job_ids(pg_url, redis_server, make_service):
     svc = make_service(pg_url, broker_url=redis_server.url)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,20 @@ def hero_home(tmp_path, monkeypatch) -> Path:
 def pg_reason() -> str | None:
     """None when the test PostgreSQL is reachable, else why not."""
     return postgres.unreachable_reason()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path, pg_reason) -> Iterator[str]:
+    """Both backends: a SQLite file, or a private schema on the real PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'service.db'}"
+    else:
+        yield from postgres.schema_url(pg_reason)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'service.db'}"
 
 
 @pytest.fixture(scope="session")

@@ -69,17 +69,9 @@ def build_context(
             return DrainContext.from_settings(settings, db, store, policy, profiles, tokenizers, worker="api-inprocess")
 
         jobs = InProcessDispatcher(db, drain_context)
-    return ServiceContext(
-        settings=settings,
-        db=db,
-        store=store,
-        tokens=TokenVerifier(settings),
-        policy=policy,
-        profile=profile,
-        tokenizers=tokenizers,
-        runner=runner or InProcessRunner(store, tokenizers),
-        jobs=jobs,
-    )
+    runner = runner or InProcessRunner(store, tokenizers)
+    return ServiceContext(settings=settings, db=db, store=store, tokens=TokenVerifier(settings), policy=policy,
+                          profile=profile, tokenizers=tokenizers, runner=runner, jobs=jobs)
 
 
 def get_context(request: Request) -> ServiceContext:

@@ -1,5 +1,4 @@
-"""Service fixtures: a DB per test (SQLite file, or a private schema on the real PostgreSQL) and an app
-wired to it in dev mode (see tests.helpers.service)."""
+"""Service fixtures: an app wired to the test's database in dev mode (see tests.helpers.service)."""
 
 from __future__ import annotations
 
@@ -7,21 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.helpers import postgres
 from tests.helpers.service import Service, service_factory
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path, pg_reason) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'service.db'}"
-    else:
-        yield from postgres.schema_url(pg_reason)
-
-
-@pytest.fixture
-def sqlite_url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'service.db'}"
 
 
 @pytest.fixture

@@ -22,19 +22,6 @@ def pg_url(pg_reason) -> Iterator[str]:
     yield from postgres.schema_url(pg_reason)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_db_url(request, tmp_path, pg_reason) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'jobs.db'}"
-    else:
-        yield from postgres.schema_url(pg_reason)
-
-
-@pytest.fixture
-def sqlite_url_jobs(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'jobs.db'}"
-
-
 @pytest.fixture
 def redis_server(tmp_path) -> Iterator[RedisServer]:
     if shutil.which("redis-server") is None:

@@ -16,8 +16,8 @@ from verifier.jobs import service as jobs
 from verifier.jobs.models import JobItemRow
 
 
-def test_inprocess_job_matches_verify_and_is_owner_only(any_db_url, make_service):
-    svc = make_service(any_db_url)
+def test_inprocess_job_matches_verify_and_is_owner_only(db_url, make_service):
+    svc = make_service(db_url)
     svc.init_keys()
     texts = make_texts(svc, 6, steps=40)
     jid = svc.submit(texts, "moderator", "mod-a")
@@ -47,8 +47,8 @@ def test_inprocess_job_matches_verify_and_is_owner_only(any_db_url, make_service
     assert svc.client.post("/v1/jobs", headers=svc.auth("moderator"), json={"texts": [" "]}).status_code == 422
 
 
-def test_large_job_body_is_accepted(sqlite_url_jobs, make_service):
-    svc = make_service(sqlite_url_jobs, max_body_bytes=4096, job_max_body_bytes=2_000_000)
+def test_large_job_body_is_accepted(sqlite_url, make_service):
+    svc = make_service(sqlite_url, max_body_bytes=4096, job_max_body_bytes=2_000_000)
     svc.init_keys()
     texts = make_texts(svc, 2, steps=40) * 40  # > 4 KiB: too big for /v1/verify, fine as a job
     assert len(json.dumps({"texts": texts})) > 4096
@@ -65,8 +65,8 @@ def _fake(claim):
     return res, evs
 
 
-def test_claims_are_idempotent_and_leases_expire(any_db_url, make_service):
-    svc = make_service(any_db_url)
+def test_claims_are_idempotent_and_leases_expire(db_url, make_service):
+    svc = make_service(db_url)
     db, kek = svc.ctx.db, svc.ctx.store.kek
     jid = jobs.create_job(db, kek, owner_sub="s", role="admin", jti="j", profile="default", max_level=2,
                           alpha=1e-4, texts=["one", "two", "three"])
@@ -99,10 +99,10 @@ def _items(db, jid):
     return items, audited
 
 
-def test_unfinished_inprocess_job_is_resumed_when_the_api_starts(sqlite_url_jobs, make_service, caplog):
+def test_unfinished_inprocess_job_is_resumed_when_the_api_starts(sqlite_url, make_service, caplog):
     """A job accepted by a process that died (items pending, one batch claimed under a live lease) is
     finished by the next API process on the same database, each item stored and audited once."""
-    first = make_service(sqlite_url_jobs)
+    first = make_service(sqlite_url)
     first.init_keys()
     texts = make_texts(first, 6, steps=40)
     db, kek = first.ctx.db, first.ctx.store.kek
@@ -112,7 +112,7 @@ def test_unfinished_inprocess_job_is_resumed_when_the_api_starts(sqlite_url_jobs
     assert len(dead.items) == 2 and jobs.job_view(db, jid)[1]["status"] == "running"
 
     caplog.set_level(logging.INFO, logger="hero.jobs")
-    second = make_service(sqlite_url_jobs, job_lease_seconds=5)  # starting up resumes the job
+    second = make_service(sqlite_url, job_lease_seconds=5)  # starting up resumes the job
     doc = second.wait_done(jid, timeout=60)
     assert doc["results"] == second.verify_inline(texts, "admin")
     assert jobs.complete(db, dead, [{}] * 2, [AuditEvent("verify", "x", "admin", "j")] * 2, {}) == 0  # too late
@@ -125,15 +125,15 @@ def test_unfinished_inprocess_job_is_resumed_when_the_api_starts(sqlite_url_jobs
 
 
 @pytest.mark.slow
-def test_api_killed_mid_job_completes_exactly_once_after_restart(sqlite_url_jobs, make_service, start_api):
+def test_api_killed_mid_job_completes_exactly_once_after_restart(sqlite_url, make_service, start_api):
     """`hero serve` (in-process jobs) SIGKILLed mid-job; a restarted server finishes the job, and every
     item is stored and audited exactly once."""
     import httpx
 
-    svc = make_service(sqlite_url_jobs)  # same database: keys, texts, and the reference results
+    svc = make_service(sqlite_url)  # same database: keys, texts, and the reference results
     svc.init_keys()
     texts = make_texts(svc, 48, steps=40)
-    api = start_api(sqlite_url_jobs, HERO_WORKER_TEST_DELAY_S="1.5")
+    api = start_api(sqlite_url, HERO_WORKER_TEST_DELAY_S="1.5")
     r = httpx.post(f"{api.url}/v1/jobs", json={"texts": texts}, headers=svc.auth("admin", "admin-1"), timeout=30)
     assert r.status_code == 202, r.text
     jid = r.json()["job_id"]
@@ -146,7 +146,7 @@ def test_api_killed_mid_job_completes_exactly_once_after_restart(sqlite_url_jobs
     assert any(st == "claimed" for _, st, _, _ in items)
     assert svc.job(jid)["status"] == "running" and svc.job(jid)["progress"]["done"] < 48
 
-    start_api(sqlite_url_jobs)
+    start_api(sqlite_url)
     doc = svc.wait_done(jid, timeout=120)
     assert doc["progress"] == {"total": 48, "done": 48}
     assert doc["results"] == svc.verify_inline(texts, "admin")

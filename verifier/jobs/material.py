@@ -10,8 +10,9 @@ from __future__ import annotations
 from verifier.auth.policy import Policy
 from verifier.engine.profile import Profile
 from verifier.jobs.service import JobInfo
+from verifier.keys.decodable import VerificationMaterial
 from verifier.keys.errors import KeyStoreError
-from verifier.keys.service import DbKeyStore, VerificationMaterial
+from verifier.keys.service import DbKeyStore
 
 
 def allowed_level(job: JobInfo, profile: Profile, policy: Policy | None) -> int:

@@ -20,6 +20,7 @@ from verifier.engine.keys import MASTER_SECRET_BYTES, KeySet, KeyTable, derive_t
 from verifier.engine.profile import Profile
 from verifier.keys import repository as repo
 from verifier.keys.crypto import Sealed, associated_data, open_sealed, rewrap, seal
+from verifier.keys.decodable import VerificationMaterial, decodable_versions, iso
 from verifier.keys.errors import KeyConfirmationMissing, KeyConflict, KeyNotFound, KeyStoreError
 from verifier.keys.kek import KekError, KekProvider
 from verifier.keys.models import KeyVersionRow
@@ -27,7 +28,6 @@ from verifier.keys.models import KeyVersionRow
 log = logging.getLogger("hero.keys")
 
 STATUSES = ("active", "verify-only", "disabled", "destroyed")
-USABLE_FOR_DECODING = ("active", "verify-only")
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,6 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
-def _iso(dt: datetime | None) -> str | None:
-    if dt is None:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def version_meta(row: KeyVersionRow) -> dict[str, object]:
@@ -62,27 +56,15 @@ def version_meta(row: KeyVersionRow) -> dict[str, object]:
         "level": row.level,
         "version": row.version,
         "status": row.status,
-        "created_at": _iso(row.created_at),
-        "status_changed_at": _iso(row.status_changed_at),
-        "destroyed_at": _iso(row.destroyed_at),
+        "created_at": iso(row.created_at),
+        "status_changed_at": iso(row.status_changed_at),
+        "destroyed_at": iso(row.destroyed_at),
         "kek_id": row.kek_id,
     }
 
 
 def _info(row: KeyVersionRow) -> VersionInfo:
-    return VersionInfo(row.level, row.version, row.status, _iso(row.created_at) or "")
-
-
-@dataclass(repr=False)
-class VerificationMaterial:
-    """Key tables for levels 1..n (no gaps) plus reasons for versions that can no longer decode."""
-
-    tables: dict[int, list[KeyTable]]
-    unavailable: dict[int, str]  # level -> reason (some versions destroyed/disabled)
-    missing: dict[int, str]  # level -> reason (no usable version at all: level not decodable)
-
-    def __repr__(self) -> str:
-        return f"VerificationMaterial(levels={sorted(self.tables)}, missing={sorted(self.missing)})"
+    return VersionInfo(row.level, row.version, row.status, iso(row.created_at) or "")
 
 
 class DbKeyStore:
@@ -208,23 +190,9 @@ class DbKeyStore:
             raise KeyStoreError(
                 f"no keys for profile {profile.name!r} yet; run 'hero keys init' or POST /v1/keys/init"
             )
-        tables: dict[int, list[KeyTable]] = {}
-        unavailable: dict[int, str] = {}
-        missing: dict[int, str] = {}
-        for lv in range(1, top + 1):
-            lrows = [r for r in rows if r.level == lv]
-            gone = [r for r in lrows if r.status in ("destroyed", "disabled")]
-            reason = _gone_reason(gone)
-            usable = [r for r in lrows if r.status in USABLE_FOR_DECODING]
-            if missing or not usable:  # the decoder needs levels 1..n without gaps
-                missing[lv] = reason or (
-                    f"no usable key for level {lv}" if not missing else f"level {min(missing)} cannot be decoded"
-                )
-                continue
-            tables[lv] = [self._table(profile, r) for r in usable]
-            if reason:
-                unavailable[lv] = reason
-        return VerificationMaterial(tables, unavailable, missing)
+        plan = decodable_versions(rows, top)
+        tables = {lv: [self._table(profile, r) for r in usable] for lv, usable in plan.usable.items()}
+        return VerificationMaterial(tables, plan.unavailable, plan.missing)
 
     def disable(self, profile: Profile, level: int, version: str, actor: Actor | None = None) -> KeyVersionRow:
         """Stop decoding with a (non-active) version; its key material stays."""
@@ -283,20 +251,3 @@ class DbKeyStore:
         if row is None or row.level != level:
             raise KeyNotFound(f"no key version {version!r} at level {level} of profile {profile.name!r}")
         return row
-
-
-def _gone_reason(rows: list[KeyVersionRow]) -> str | None:
-    parts = []
-    destroyed = [r for r in rows if r.status == "destroyed"]
-    disabled = [r for r in rows if r.status == "disabled"]
-    if destroyed:
-        parts.append(
-            "key version(s) "
-            + ", ".join(f"{r.version} destroyed on {_iso(r.destroyed_at)}" for r in destroyed)
-            + "; text made with them can no longer be decoded"
-        )
-    if disabled:
-        parts.append(
-            "key version(s) " + ", ".join(r.version for r in disabled) + " disabled; text made with them is not decoded"
-        )
-    return "; ".join(parts) or None

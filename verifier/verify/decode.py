@@ -10,7 +10,7 @@ from verifier.engine.availability import decode_texts
 from verifier.engine.decoder import DecodeError
 from verifier.engine.profile import Profile
 from verifier.errors import InvalidInput
-from verifier.keys.service import VerificationMaterial
+from verifier.keys.decodable import VerificationMaterial
 
 
 class TextNotDecodable(InvalidInput):

@@ -10,14 +10,14 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from tests.conftest import make_keyset
-from tests.synthetic import bit_errors
-from verifier.engine.corpus import bbc_prompts_and_humans, prompt_from_article
+from tests.helpers.keys import make_keyset
+from tests.helpers.synthetic import bit_errors
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import generate_watermarked
 from verifier.engine.profile import default_profile
+from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 N_PROMPTS, N_HUMANS, NEW_TOKENS = 16, 200, 200
 
 

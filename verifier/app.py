@@ -16,84 +16,31 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifier.audit.endpoints import router as audit_router
-from verifier.audit.signer import signer_from_settings
-from verifier.auth.dependencies import Principal, require
-from verifier.auth.jwt import AuthError, TokenVerifier
-from verifier.auth.policy import load_policy
-from verifier.context import ServiceContext
-from verifier.db import Database, upgrade
-from verifier.engine.profile import PROFILES_DIR, load_profile
-from verifier.files import private_dir
-from verifier.jobs.base import JobRunner
+from verifier.audit.service import AuditUnavailable
+from verifier.auth.dependencies import require
+from verifier.auth.jwt import AuthError
+from verifier.auth.principal import Principal
+from verifier.context import Ctx, ServiceContext, build_context
+from verifier.errors import DomainError
 from verifier.jobs.endpoints import router as jobs_router
-from verifier.jobs.inprocess import InProcessJobRunner, default_tokenizer_loader
 from verifier.keys.endpoints import router as keys_router
-from verifier.keys.kek import make_kek_provider
-from verifier.keys.service import DbKeyStore
+from verifier.metrics import AUDIT_FAILURES
 from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
-from verifier.ratelimit import make_rate_limiter
 from verifier.settings import Settings, get_settings
 from verifier.verify.endpoints import router as verify_router
+from verifier.verify.runner import DecodeRunner
 
 log = logging.getLogger("hero.app")
 
-
-def resolve_profile(name: str):
-    path = PROFILES_DIR / f"{name}.yaml"
-    return load_profile(path if path.exists() else name)
-
-
-def build_context(
-    settings: Settings,
-    *,
-    tokenizer_loader: Callable[[str], Any] | None = None,
-    runner: JobRunner | None = None,
-) -> ServiceContext:
-    private_dir(settings.home)
-    if settings.should_auto_migrate:
-        upgrade(settings.db_url)
-    db = Database(settings.db_url)
-    store = DbKeyStore(db, make_kek_provider(settings))
-    profile = resolve_profile(settings.profile)
-    if runner is None:
-        runner = InProcessJobRunner(store, resolve_profile, tokenizer_loader or default_tokenizer_loader)
-    policy = load_policy(settings.roles_file)
-    return ServiceContext(
-        settings=settings,
-        db=db,
-        store=store,
-        tokens=TokenVerifier(settings),
-        policy=policy,
-        profile=profile,
-        runner=runner,
-        jobs=_job_dispatcher(settings, db, store, policy, runner, tokenizer_loader),
-        signer=signer_from_settings(settings),
-        limiter=make_rate_limiter(settings),
-    )
-
-
-def _job_dispatcher(settings: Settings, db, store, policy, runner, tokenizer_loader):
-    """Celery when HERO_BROKER_URL is set, else drains in this process (same code path)."""
-    if settings.broker_url:
-        from verifier.jobs.dispatch import CeleryDispatcher
-
-        return CeleryDispatcher(settings)
-    from verifier.jobs.dispatch import InProcessDispatcher
-    from verifier.jobs.drain import DrainContext
-
-    tok = getattr(runner, "tokenizer", None) or (tokenizer_loader or default_tokenizer_loader)
-
-    def make() -> DrainContext:
-        return DrainContext(
-            db=db, store=store, profiles=resolve_profile, tokenizer=tok, policy=policy, worker="api-inprocess",
-            batch_size=settings.job_batch_size, lease_s=settings.job_lease_seconds,
-            max_attempts=settings.job_max_attempts,
-        )
-
-    return InProcessDispatcher(make)
+DESCRIPTION = (
+    "Selective-disclosure watermark verification. Bearer JWT (EdDSA/ES256); the role decides the deepest level "
+    "disclosed. Every disclosure is recorded in a hash-chained audit log that is also a signed transparency log."
+)
 
 
 def _authenticator(ctx: ServiceContext):
+    """For the body guard: checks the bearer token before any body byte is read (runs in a thread)."""
+
     def authenticate(token: str | None):
         if token is None:
             return None, "missing bearer token"
@@ -143,35 +90,14 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def create_app(
-    settings: Settings | None = None,
-    *,
-    tokenizer_loader: Callable[[str], Any] | None = None,
-    runner: JobRunner | None = None,
-) -> FastAPI:
-    settings = settings or get_settings()
-    ctx = build_context(settings, tokenizer_loader=tokenizer_loader, runner=runner)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        ctx.jobs.close()
-        ctx.runner.close()
-        ctx.db.dispose()
-
-    docs = settings.docs_exposure == "public"
-    app = FastAPI(
-        title="HeRo Verifier",
-        version="0.1.0",
-        docs_url="/docs" if docs else None,
-        redoc_url="/redoc" if docs else None,
-        openapi_url="/openapi.json" if docs else None,
-        description="Selective-disclosure watermark verification. Bearer JWT (EdDSA/ES256); the role decides "
-        "the deepest level disclosed. Every disclosure is recorded in a hash-chained audit log.",
-        lifespan=lifespan,
-    )
-    app.state.ctx = ctx
-    app.openapi = lambda: _openapi_with_error_shape(app)  # type: ignore[method-assign]
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(DomainError)
+    async def domain_error(request: Request, exc: DomainError) -> JSONResponse:
+        if isinstance(exc, AuditUnavailable):
+            AUDIT_FAILURES.inc()
+        if exc.status >= 500:
+            log.warning("request failed", extra={"status": exc.status, "error": exc.__class__.__name__})
+        return JSONResponse({"detail": exc.detail()}, status_code=exc.status, headers=dict(exc.headers or {}))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -196,13 +122,15 @@ def create_app(
         log.error("unhandled error", extra={"error": exc.__class__.__name__})
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
+
+def _ops_routes(app: FastAPI, settings: Settings) -> None:
     @app.get("/healthz", tags=["ops"], summary="Liveness")
     def healthz() -> dict:
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["ops"], summary="Readiness (database and, if configured, broker reachable)",
              responses={503: {}})
-    def readyz() -> Response:
+    def readyz(ctx: Ctx) -> Response:
         try:
             ctx.db.ping()
         except Exception as exc:
@@ -228,10 +156,34 @@ def create_app(
         def metrics_auth(p: Principal = Depends(require("metrics.read"))) -> Response:
             return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(verify_router)
-    app.include_router(jobs_router)
-    app.include_router(keys_router)
-    app.include_router(audit_router)
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    tokenizer_loader: Callable[[str], Any] | None = None,
+    runner: DecodeRunner | None = None,
+) -> FastAPI:
+    settings = settings or get_settings()
+    ctx: ServiceContext = build_context(settings, tokenizer_loader=tokenizer_loader, runner=runner)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        ctx.jobs.start()  # resume jobs a previous process left unfinished
+        yield
+        ctx.close()
+
+    docs = settings.docs_exposure == "public"
+    app = FastAPI(
+        title="HeRo Verifier", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+        docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    app.state.ctx = ctx
+    app.openapi = lambda: _openapi_with_error_shape(app)  # type: ignore[method-assign]
+    _install_error_handlers(app)
+    _ops_routes(app, settings)
+    for router in (verify_router, jobs_router, keys_router, audit_router):
+        app.include_router(router)
     app.add_middleware(
         BodyGuardMiddleware,
         limit=settings.max_body_bytes,
@@ -244,4 +196,4 @@ def create_app(
 
 
 def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env
-    return create_app(Settings())
+    return create_app(get_settings())

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
-from verifier.files import FILE_MODE, private_dir, restrict_files
+from verifier.secretfile import FILE_MODE, private_dir, restrict_files
 from verifier.settings import REPO_ROOT
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000

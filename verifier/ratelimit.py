@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from verifier.errors import DomainError, Unavailable
 from verifier.metrics import RATE_LIMITED
 
 WINDOWS = {"minute": 60, "day": 86400}
@@ -29,16 +30,19 @@ class Bucket:
     limit: int
 
 
-class RateLimited(Exception):
+class RateLimited(DomainError):
+    status = 429
+
     def __init__(self, bucket: Bucket, retry_after: int) -> None:
         scope = "role" if bucket.label.startswith("role") else "subject"
         super().__init__(f"rate limit reached: {bucket.limit} texts per {bucket.window} for this {scope}; "
                          f"retry in {retry_after} s")
         self.bucket = bucket
         self.retry_after = retry_after
+        self.headers = {"Retry-After": str(retry_after)}  # type: ignore[misc]  (per instance)
 
 
-class RateStoreUnavailable(RuntimeError):
+class RateStoreUnavailable(Unavailable):
     """The shared counter store cannot be reached: fail closed (503), never uncounted."""
 
 

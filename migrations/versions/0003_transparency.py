@@ -1,4 +1,5 @@
-"""Transparency log: Merkle subtree hashes over the audit events and signed checkpoints.
+"""Transparency log: Merkle subtree hashes over the audit events and signed checkpoints; job owners'
+token issuer (a job belongs to (issuer, subject, role)).
 
 Existing events are added to the tree (leaf data = the event's canonical JSON), up to the first gap.
 
@@ -35,6 +36,8 @@ def upgrade() -> None:
         sa.Column("note", sa.Text, nullable=False),
         sa.Column("created_at", sa.Float, nullable=False),
     )
+    with op.batch_alter_table("hero_jobs") as batch:
+        batch.add_column(sa.Column("owner_iss", sa.String(256), nullable=False, server_default=""))
     conn = op.get_bind()
     events = sa.table("hero_audit_events", *(sa.column(f) for f in _FIELDS))
     rows = conn.execute(sa.select(*events.c).where(events.c.idx >= 1).order_by(events.c.idx))
@@ -54,5 +57,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("hero_jobs") as batch:
+        batch.drop_column("owner_iss")
     op.drop_table("hero_audit_checkpoints")
     op.drop_table("hero_audit_tree")

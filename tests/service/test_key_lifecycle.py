@@ -75,7 +75,7 @@ def test_destroyed_key_bytes_are_absent_from_the_database_files(make_service, db
 
 
 def test_kek_retirement_refuses_while_a_data_key_uses_it(make_service, sqlite_url, monkeypatch, capsys):
-    from verifier.jobs import store as jobs
+    from verifier.jobs import service as jobs
 
     svc = make_service(sqlite_url)
     svc.init_keys()
@@ -94,7 +94,7 @@ def test_kek_retirement_refuses_while_a_data_key_uses_it(make_service, sqlite_ur
     assert jobs.open_texts(kek, claim) == [HUMAN]  # the job still opens after the old KEK is gone
 
     # A data key still wrapped by a KEK (e.g. written by a node that had not seen the rotation): refused.
-    from verifier.keys.rewrap import KekInUse, retire_kek
+    from verifier.jobs.kek_rotation import KekInUse, retire_kek
 
     newer = kek.rotate()
     with pytest.raises(KekInUse, match="still wraps"):
@@ -146,9 +146,9 @@ def test_rotate_on_an_empty_store_and_init_are_consistent(lite, monkeypatch, cap
 
 
 def test_unmigrated_postgres_is_one_line(pg_reason, monkeypatch, capsys):
-    from .conftest import _pg_schema_url
+    from tests.helpers.postgres import schema_url
 
-    gen = _pg_schema_url(pg_reason)
+    gen = schema_url(pg_reason)
     url = next(gen)
     try:
         monkeypatch.setenv("HERO_DATABASE_URL", url)

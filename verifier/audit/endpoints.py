@@ -6,14 +6,16 @@ from __future__ import annotations
 import base64
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from verifier.audit import log as tlog
 from verifier.audit.service import list_events, verify_chain
-from verifier.auth.dependencies import Principal, require
+from verifier.auth.dependencies import AuditReader, VerifyCaller
 from verifier.bodies import JsonRoute
+from verifier.context import Ctx
+from verifier.errors import InvalidInput, NotFound
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=JsonRoute)
 
@@ -58,12 +60,12 @@ class ConsistencyOut(BaseModel):
 
 @router.get("/events", response_model=AuditEventsOut, summary="Audit events after an index")
 def events(
-    request: Request,
+    ctx: Ctx,
+    p: AuditReader,
     after: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    p: Principal = Depends(require("audit.read")),
 ) -> dict:
-    evs = list_events(request.app.state.ctx.db, after, limit)
+    evs = list_events(ctx.db, after, limit)
     return {"events": evs, "next_after": evs[-1]["idx"] if len(evs) == limit else None}
 
 
@@ -72,9 +74,8 @@ def events(
     response_model=ChainReportOut,
     summary="Check the hash chain, the Merkle tree and the newest signed checkpoint; report the first broken index",
 )
-def verify(request: Request, p: Principal = Depends(require("audit.read"))) -> dict:
-    ctx = request.app.state.ctx
-    return verify_chain(ctx.db, ctx.signer.vkey if ctx.signer else None).to_dict()
+def verify(ctx: Ctx, p: AuditReader) -> dict:
+    return verify_chain(ctx.db, ctx.signer.vkey).to_dict()
 
 
 @router.get(
@@ -82,28 +83,28 @@ def verify(request: Request, p: Principal = Depends(require("audit.read"))) -> d
     response_class=PlainTextResponse,
     summary="The newest signed checkpoint (C2SP tlog-checkpoint, signed note), covering every event",
 )
-def checkpoint(request: Request, p: Principal = Depends(require("verify"))) -> PlainTextResponse:
-    ctx = request.app.state.ctx
+def checkpoint(ctx: Ctx, p: VerifyCaller) -> PlainTextResponse:
     _, note = tlog.current_checkpoint(ctx.db, ctx.signer, ctx.settings.checkpoint_interval_seconds)
     return PlainTextResponse(note)
 
 
 @router.get("/public-key", response_class=PlainTextResponse, summary="The log's verifier key (<name>+<id>+<key>)")
-def public_key(request: Request, p: Principal = Depends(require("verify"))) -> PlainTextResponse:
-    return PlainTextResponse(request.app.state.ctx.signer.vkey + "\n")
+def public_key(ctx: Ctx, p: VerifyCaller) -> PlainTextResponse:
+    return PlainTextResponse(ctx.signer.vkey + "\n")
 
 
-@router.get("/consistency", response_model=ConsistencyOut, summary="Consistency proof between two tree sizes")
+@router.get("/consistency", response_model=ConsistencyOut, summary="Consistency proof between two tree sizes",
+            responses={404: {}, 422: {}})
 def consistency(
-    request: Request,
+    ctx: Ctx,
+    p: VerifyCaller,
     first: Annotated[int, Query(ge=0, le=2**31 - 1)],
     second: Annotated[int, Query(ge=0, le=2**31 - 1)],
-    p: Principal = Depends(require("verify")),
 ) -> dict:
     if first > second:
-        raise HTTPException(422, "first must not exceed second")
+        raise InvalidInput("first must not exceed second")
     try:
-        proof = tlog.consistency(request.app.state.ctx.db, first, second)
+        proof = tlog.consistency(ctx.db, first, second)
     except ValueError as exc:
-        raise HTTPException(404, str(exc)) from None
+        raise NotFound(str(exc)) from None
     return {"first": first, "second": second, "proof": [base64.b64encode(h).decode() for h in proof]}

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from sqlalchemy.orm import Session
 
 from verifier.audit import repository as repo
+from verifier.audit.chain import row_fields
 from verifier.audit.models import AuditEventRow, CheckpointRow
 from verifier.audit.signer import LogSigner
 from verifier.audit.transparency import TreeView, event_leaf, make_receipt, new_parents
@@ -51,8 +52,6 @@ def extend(s: Session, rows: Sequence[AuditEventRow]) -> None:
 
 
 def event_fields(row: AuditEventRow) -> dict[str, object]:
-    from verifier.audit.service import row_fields
-
     return row_fields(row)
 
 

@@ -16,37 +16,36 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
 from verifier.audit import log as tlog
 from verifier.audit import repository as repo
+from verifier.audit.chain import GENESIS, HASHED_FIELDS, compute_hash, row_fields
 from verifier.audit.models import AuditEventRow
-from verifier.audit.transparency import canonical
+from verifier.audit.verification import ChainReport, verify_chain
 from verifier.db import Database
+from verifier.errors import Unavailable
 
-if TYPE_CHECKING:
-    from verifier.audit.verification import ChainReport
-
-GENESIS = "0" * 64
-HASHED_FIELDS = (
-    "idx",
-    "created_at",
-    "action",
-    "subject",
-    "role",
-    "jti",
-    "levels",
-    "key_version",
-    "text_sha256",
-    "outcome",
-    "detail",
-)
+__all__ = ["GENESIS", "HASHED_FIELDS", "Actor", "AuditEvent", "AuditUnavailable", "ChainReport", "append",
+           "append_or_fail", "compute_hash", "record", "record_with_receipts", "row_fields", "verify_chain"]
 
 
-class AuditUnavailable(RuntimeError):
-    """The audit log could not be written: the caller must not release the result."""
+
+
+class AuditUnavailable(Unavailable):
+    """The audit log could not be written: the caller must not release the result or keep the change."""
+
+    public_detail = "audit log unavailable; nothing was released or changed"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who an audited action is for: the token's subject, role and token id."""
+
+    subject: str
+    role: str
+    jti: str
 
 
 @dataclass
@@ -62,12 +61,6 @@ class AuditEvent:
     detail: str | None = None
 
 
-def row_fields(row: AuditEventRow) -> dict[str, object]:
-    return {k: getattr(row, k) for k in HASHED_FIELDS}
-
-
-def compute_hash(prev_hash: str, fields: dict[str, object]) -> str:
-    return hashlib.sha256(prev_hash.encode() + b"\n" + canonical(fields)).hexdigest()
 
 
 def text_digest(text: str) -> str:
@@ -108,6 +101,14 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
     return rows
 
 
+def append_or_fail(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
+    """`append`, with any failure raised as AuditUnavailable (the caller's transaction then rolls back)."""
+    try:
+        return append(s, events)
+    except Exception as exc:  # any failure means: no audit row, so no answer and no change
+        raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
+
+
 def record(db: Database, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
     """Append and commit; raises AuditUnavailable if the events are not durably in the chain."""
     try:
@@ -124,13 +125,6 @@ def record_with_receipts(db: Database, events: Sequence[AuditEvent], signer, int
             return tlog.receipts(s, signer, append(s, events), interval_s)
     except Exception as exc:
         raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
-
-
-def verify_chain(db: Database, vkey: str | None = None) -> ChainReport:
-    """Walks the chain on a read snapshot (never blocks writers); see verifier.audit.verification."""
-    from verifier.audit.verification import verify_chain as _verify
-
-    return _verify(db, vkey)
 
 
 def event_dict(row: AuditEventRow) -> dict[str, object]:

@@ -15,8 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from verifier.audit import repository as repo
+from verifier.audit.chain import GENESIS, compute_hash, row_fields
 from verifier.audit.models import AuditTreeNodeRow
-from verifier.audit.service import GENESIS, compute_hash, row_fields
 from verifier.audit.transparency import Checkpoint, Frontier, TransparencyError, event_leaf, open_checkpoint
 from verifier.db import Database
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
 from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder
 
 
@@ -54,11 +54,20 @@ def cmd_decode(args: argparse.Namespace) -> None:
     text = read_text(args)
     if not text.strip():
         raise DecodeError("text is empty")
-    tables = open_store().verification_tables(profile, max_level)
+    store = open_store(cli_settings(args))
+    tables = store.verification_tables(profile, max_level)
     if max(tables) < max_level:
         raise DecodeError(f"no usable keys for level {max(tables) + 1}")
-    from verifier.engine.models import load_tokenizer
+    from verifier.audit.service import AuditEvent, record, text_digest
+    from verifier.lm import load_tokenizer
+    from verifier.verify.release import outcome
 
     decoder = Decoder(profile, tables, alpha=args.alpha)
     (result,) = decoder.decode_texts([text], load_tokenizer(profile.tokenizer))
-    emit(result.to_dict())
+    out = result.to_dict()
+    actor = cli_actor()
+    versions = ",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in out["levels"]) or None
+    # A disclosure like any other: audited (and committed) before anything is printed, or nothing is.
+    record(store.db, [AuditEvent("decode", actor.subject, actor.role, actor.jti, list(range(1, max_level + 1)),
+                                 versions, text_digest(text), outcome(out))])
+    emit(out)

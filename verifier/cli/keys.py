@@ -1,10 +1,11 @@
-"""`hero keys ...`: create keys and list versions (metadata only, never key material)."""
+"""`hero keys ...`: create keys and list versions (metadata only, never key material). Every change is
+audited (subject = the OS user, role `cli`) in the transaction that makes it."""
 
 from __future__ import annotations
 
 import argparse
 
-from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,18 +41,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_init(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
-    versions = open_store().initialize(profile)
+    versions = open_store(cli_settings(args)).initialize(profile, cli_actor())
     emit({"profile": profile.name, "versions": [v.to_dict() for v in versions]})
 
 
 def cmd_list(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
-    emit({"profile": profile.name, "versions": [v.to_dict() for v in open_store().versions(profile)]})
+    emit({"profile": profile.name, "versions": [v.to_dict() for v in open_store(cli_settings(args)).versions(profile)]})
 
 
 def cmd_rotate(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
-    v = open_store().rotate(profile, args.level)
+    v = open_store(cli_settings(args)).rotate(profile, args.level, cli_actor())
     emit({"profile": profile.name, "version": v.to_dict()})
 
 
@@ -59,7 +60,7 @@ def cmd_disable(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
     profile = resolve_profile(args.profile)
-    row = open_store().disable(profile, args.level, args.version)
+    row = open_store(cli_settings(args)).disable(profile, args.level, args.version, cli_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
@@ -67,7 +68,7 @@ def cmd_enable(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
     profile = resolve_profile(args.profile)
-    row = open_store().enable(profile, args.level, args.version)
+    row = open_store(cli_settings(args)).enable(profile, args.level, args.version, cli_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
@@ -75,5 +76,7 @@ def cmd_destroy(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
     profile = resolve_profile(args.profile)
-    row = open_store().destroy(profile, args.level, args.version, confirm=args.confirm)
+    row = open_store(cli_settings(args)).destroy(
+        profile, args.level, args.version, confirm=args.confirm, actor=cli_actor()
+    )
     emit({"profile": profile.name, "version": version_meta(row)})

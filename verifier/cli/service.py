@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from verifier.cli.common import emit
+from verifier.cli.common import cli_actor, cli_settings, emit, open_database, open_store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,15 +52,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     from verifier.app import create_app
     from verifier.logs import configure_logging
-    from verifier.settings import Settings
 
-    settings = Settings()
+    settings = cli_settings(args)
     configure_logging(settings.log_level)
     app = create_app(settings)
     ctx = app.state.ctx
-    warm = getattr(ctx.runner, "tokenizer", None)
-    if warm is not None:
-        warm(ctx.profile.tokenizer)  # load now, not on the first request
+    ctx.tokenizers(ctx.profile.tokenizer)  # load now, not on the first request
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server
 
@@ -78,9 +75,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_token(args: argparse.Namespace) -> None:
     from verifier.auth.devkeys import mint_token
     from verifier.auth.policy import load_policy
-    from verifier.settings import Settings
 
-    settings = Settings()
+    settings = cli_settings(args)
     if not settings.dev_mode:
         raise RuntimeError("hero token only works in dev mode (HERO_DEV_MODE=1)")
     if load_policy(settings.roles_file).role(args.role) is None:
@@ -90,20 +86,17 @@ def cmd_token(args: argparse.Namespace) -> None:
 
 def cmd_db_upgrade(args: argparse.Namespace) -> None:
     from verifier.db import upgrade
-    from verifier.settings import Settings
 
-    upgrade(Settings().db_url)
+    upgrade(cli_settings(args).db_url)
     emit({"database": "upgraded", "revision": "head"})
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from verifier.audit.signer import signer_from_settings
     from verifier.audit.verification import verify_against, verify_chain
-    from verifier.cli.common import open_database
-    from verifier.settings import Settings
 
-    settings = Settings()
-    db = open_database()
+    settings = cli_settings(args)
+    db = open_database(settings)
     vkey = signer_from_settings(settings).vkey
     if args.against:
         try:
@@ -123,30 +116,27 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 def cmd_audit_checkpoint(args: argparse.Namespace) -> None:
     from verifier.audit.log import current_checkpoint
     from verifier.audit.signer import signer_from_settings
-    from verifier.cli.common import open_database
-    from verifier.settings import Settings
 
-    settings = Settings()
-    _, note = current_checkpoint(open_database(), signer_from_settings(settings), settings.checkpoint_interval_seconds)
+    settings = cli_settings(args)
+    db = open_database(settings)
+    _, note = current_checkpoint(db, signer_from_settings(settings), settings.checkpoint_interval_seconds)
     sys.stdout.write(note)
 
 
 def cmd_audit_public_key(args: argparse.Namespace) -> None:
     from verifier.audit.signer import signer_from_settings
-    from verifier.settings import Settings
 
-    sys.stdout.write(signer_from_settings(Settings()).vkey + "\n")
+    sys.stdout.write(signer_from_settings(cli_settings(args)).vkey + "\n")
 
 
 def cmd_kek_rotate(args: argparse.Namespace) -> None:
-    from verifier.cli.common import open_store
-    from verifier.keys.rewrap import retire_kek, rewrap_jobs
+    from verifier.jobs.kek_rotation import retire_kek, rewrap_jobs
 
-    store = open_store()
+    store = open_store(cli_settings(args))
     kek = store.kek
     old = kek.ids()
     new_id = kek.rotate()
-    n = store.rewrap_all()
+    n = store.rewrap_all(actor=cli_actor(), new_kek=new_id)  # audited with the re-wrap, one transaction
     n_jobs = rewrap_jobs(store.db, kek)
     retired = []
     if args.retire_old:

@@ -17,15 +17,19 @@ from typing import Protocol
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from verifier.files import private_dir, write_secret
+from verifier.errors import Unavailable
+from verifier.secretfile import private_dir, write_secret
 
 log = logging.getLogger("hero.kek")
 
 _ID_RE = re.compile(r"^[a-z0-9-]{1,64}$")
 
 
-class KekError(RuntimeError):
-    """A data key cannot be wrapped/unwrapped (missing KEK, tampered row); message is user-facing."""
+class KekError(Unavailable):
+    """A data key cannot be wrapped/unwrapped (missing KEK, tampered row). Messages name KEK ids, never server
+    paths (those go to the log): the API answers a fixed text, the CLI and job errors the message."""
+
+    public_detail = "key material is unavailable (KEK)"
 
 
 class KekProvider(Protocol):
@@ -34,10 +38,6 @@ class KekProvider(Protocol):
     def wrap(self, dek: bytes, aad: bytes) -> tuple[str, bytes]: ...
 
     def unwrap(self, kek_id: str, wrapped: bytes, aad: bytes) -> bytes: ...
-
-
-def _write_secret(path: Path, data: bytes) -> None:
-    write_secret(path, data)
 
 
 class LocalKekProvider:
@@ -96,8 +96,8 @@ class LocalKekProvider:
     def rotate(self) -> str:
         """New KEK becomes current; older KEK files stay until `retire` (after a rewrap)."""
         kid = f"local-{secrets.token_hex(6)}"
-        _write_secret(self.dir / f"{kid}.key", secrets.token_bytes(32))
-        _write_secret(self.dir / "current", kid.encode())
+        write_secret(self.dir / f"{kid}.key", secrets.token_bytes(32))
+        write_secret(self.dir / "current", kid.encode())
         return kid
 
     def ids(self) -> list[str]:

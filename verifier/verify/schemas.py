@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from verifier.audit.schemas import ReceiptOut
+
 
 class VerifyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -36,5 +38,9 @@ class ResultOut(BaseModel):
     levels: list[LevelOut]
 
 
+class VerifiedOut(ResultOut):
+    receipt: ReceiptOut = Field(description="transparency-log receipt of this text's audit event")
+
+
 class VerifyOut(BaseModel):
-    results: list[ResultOut]
+    results: list[VerifiedOut]

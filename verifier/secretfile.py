@@ -1,7 +1,7 @@
-"""Owner-only files: HERO_HOME and everything secret or personal in it are 0700 / 0600.
+"""The one home of owner-only files: HERO_HOME and everything secret or personal in it are 0700 / 0600.
 
 The database (job results name people; the audit log), KEKs, signing keys and dev keys are only ever
-readable by the service's OS user, whatever the umask.
+readable by the service's OS user, whatever the umask; secrets are written atomically, never half-written.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""KEK rotation bookkeeping: re-wrap every data key (key rows and jobs) and retire a KEK only when
-nothing wraps under it any more, so no job fails later because its data key became unreadable."""
+"""KEK rotation bookkeeping: re-wrap every job's data key and retire a KEK only when nothing (key rows or
+jobs) wraps under it any more, so no job fails later because its data key became unreadable. Lives in
+jobs/ because it reads both jobs and key rows (keys/ may not import jobs/)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from sqlalchemy import func, select
 
 from verifier.db import Database
 from verifier.jobs.models import JobRow
+from verifier.jobs.service import _job_aad
 from verifier.keys.kek import KekError, KekProvider
 from verifier.keys.models import KeyVersionRow
 
@@ -17,7 +19,6 @@ class KekInUse(KekError):
 
 def rewrap_jobs(db: Database, kek: KekProvider) -> int:
     """Re-wraps every job's data key under the current KEK (texts and results do not change)."""
-    from verifier.jobs.store import _job_aad
 
     n = 0
     with db.session() as s:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 SAFE_FIELDS = (
     "request_id", "method", "path", "status", "duration_ms", "subject", "role", "profile", "level",
     "version", "texts", "error", "events", "kek_id", "job_id", "items", "worker", "jobs",
+    "problem",  # a JWKS key skipped and why (source, kid, reason; never key material)
 )
 
 

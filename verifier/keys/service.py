@@ -133,7 +133,7 @@ class DbKeyStore:
                     raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead")
                 now = _now()
                 rows = [self._add_version(s, profile, lv, now) for lv in todo]
-                self._audit(s, actor, "keys.init", None, ",".join(r.version for r in rows))
+                self._audit(s, actor, "keys.init", None, None)
         except IntegrityError:  # a concurrent initialisation won
             raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead") from None
         log.info("keys initialised", extra={"profile": profile.name})

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from gpu import prf
-from gpu.evidence import LevelKeys, segment_scores
+from gpu.evidence import segment_scores
 from gpu.partition import routing_paths
 from gpu.sampler import route_and_sample
+from gpu.scoring import LevelKeys, ScoringSpec
 from verifier.engine import reference as R
 from verifier.engine.keys import entry_key, position_key
 
@@ -120,21 +121,13 @@ def test_decode_scores_reference_and_torch(vectors):
         pk = prf.key_words([pos])
         lk = [LevelKeys(lv, *prf.key_words(ks)) for lv, ks in tables]
         ids = torch.tensor([v["ids"], v["ids"][:20] + [0] * (len(v["ids"]) - 20)])
-        tscores, tcounts = segment_scores(
-            ids,
-            torch.tensor([len(v["ids"]), 20]),
-            context_width=v["context_width"],
-            vocab_size=v["vocab_size"],
-            schedule=tuple(v["schedule"]),
-            segments=v["segments"],
-            position_key=(pk[0][0], pk[1][0]),
-            tables=lk,
-        )
-        assert tcounts[0].tolist() == counts
+        spec = ScoringSpec(v["context_width"], v["vocab_size"], tuple(v["schedule"]), v["segments"])
+        tscores, tcounts = segment_scores(ids, torch.tensor([len(v["ids"]), 20]), spec, (pk[0][0], pk[1][0]), lk)
+        assert tcounts[0, 0].tolist() == counts
         for li, ts in enumerate(tscores):
-            assert torch.allclose(ts[0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
+            assert torch.allclose(ts[0, 0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
         _short, short_counts = R.segment_scores(v["ids"][:20], *args)
-        assert tcounts[1].tolist() == short_counts
+        assert tcounts[1, 0].tolist() == short_counts
 
 
 @pytest.mark.parametrize("h", [1, 2, 3, 4, 7])
@@ -194,11 +187,9 @@ def test_interleaved_decode_vectors(vectors, backend):
         assert counts == v["counts"] and scores == v["scores"]
         pk = prf.key_words([pos])
         lk = [LevelKeys(lv, *prf.key_words(ks)) for lv, ks in tables]
-        tscores, tcounts = segment_scores(
-            torch.tensor([v["ids"]]), torch.tensor([len(v["ids"])]), context_width=v["context_width"],
-            vocab_size=v["vocab_size"], schedule=tuple(v["schedule"]), segments=v["segments"],
-            position_key=(pk[0][0], pk[1][0]), tables=lk, backend=backend, stride=v["stride"],
-        )
-        assert tcounts[0].tolist() == counts
+        spec = ScoringSpec(v["context_width"], v["vocab_size"], tuple(v["schedule"]), v["segments"], v["stride"])
+        tscores, tcounts = segment_scores(torch.tensor([v["ids"]]), torch.tensor([len(v["ids"])]), spec,
+                                          (pk[0][0], pk[1][0]), lk, backend=backend)
+        assert tcounts[0, 0].tolist() == counts
         for li, ts in enumerate(tscores):
-            assert torch.allclose(ts[0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
+            assert torch.allclose(ts[0, 0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)

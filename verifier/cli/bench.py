@@ -57,7 +57,7 @@ def timed(fn: Callable[[], object], reps: int, warmup: int = 1, sync: bool = Fal
 def decode_problem(batch: int, tokens: int, device: str = "cpu", seed: int = 0):
     """Random ids for the default profile (HeRo^2(2,2), 24 bits) and fresh level-1/level-2 tables."""
     from gpu import prf
-    from gpu.evidence import LevelKeys
+    from gpu.scoring import LevelKeys, ScoringSpec
     from verifier.engine.keys import derive_table, new_master_secret
     from verifier.engine.profile import default_profile
 
@@ -68,10 +68,7 @@ def decode_problem(batch: int, tokens: int, device: str = "cpu", seed: int = 0):
     tables = [derive_table(new_master_secret(), lv, profile.levels[lv - 1].bits, "bench") for lv in (1, 2)]
     pk = prf.key_words([tables[0].position], device)
     kwargs = dict(
-        context_width=profile.context_width,
-        vocab_size=profile.vocab_size,
-        schedule=profile.schedule,
-        segments=profile.segments,
+        spec=ScoringSpec(profile.context_width, profile.vocab_size, profile.schedule, profile.segments),
         position_key=(pk[0][0], pk[1][0]),
         tables=[LevelKeys(t.level, *prf.key_words(list(t.entries), device)) for t in tables],
     )

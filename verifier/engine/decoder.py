@@ -17,7 +17,8 @@ from scipy import integrate
 from scipy import stats as sps
 
 from gpu import prf
-from gpu.evidence import LevelKeys, segment_scores
+from gpu.evidence import segment_scores
+from gpu.scoring import LevelKeys, ScoringSpec
 from verifier.engine import stats
 from verifier.engine.keys import KeyTable
 from verifier.engine.payload import decode_fields
@@ -154,17 +155,10 @@ class Decoder:
     def _scores(self, ids, lengths, pos_version: str, level_tables: list[tuple[int, KeyTable]]):
         pk = prf.key_words([self._position_key(pos_version)], self.device)
         lk = [LevelKeys(lv, *self._words[(lv, t.version)]) for lv, t in level_tables]
-        return segment_scores(
-            ids,
-            lengths,
-            context_width=self.profile.context_width,
-            vocab_size=self.profile.vocab_size,
-            schedule=self.profile.schedule,
-            segments=self.profile.segments,
-            position_key=(pk[0][0], pk[1][0]),
-            tables=lk,
-            stride=self.profile.routing_stride,
-        )
+        prof = self.profile
+        spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride)
+        scores, counts = segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), lk)
+        return [s[:, 0] for s in scores], counts[:, 0]
 
     def _position_key(self, version: str) -> bytes:
         for t in self.tables[1]:

@@ -51,7 +51,8 @@ def _case(rng, *, rows=None, h=None, windows=None):
 
 
 def _spec(case):
-    return ScoringSpec(case["h"], case["vocab"], case["sched"], case["segments"], windows=case.get("windows", 1))
+    return ScoringSpec(case["h"], case["vocab"], case["sched"], case["segments"], case.get("stride", 0),
+                       case.get("windows", 1))
 
 
 def _run(case, fn, device="cpu"):
@@ -65,7 +66,7 @@ def _run(case, fn, device="cpu"):
 
 def _reference(case, row):
     return R.window_scores(row, case["h"], case["vocab"], case["sched"], case["segments"], case["pos"],
-                           case["tables"], 0, case.get("windows", 1))
+                           case["tables"], case.get("stride", 0), case.get("windows", 1))
 
 
 def _assert_exact(case, scores, counts):
@@ -100,6 +101,24 @@ def test_native_matches_test_vectors(vectors):
         assert counts[0, 0].tolist() == v["counts"]
         for li in range(len(case["tables"])):
             assert scores[li][0, 0].tolist() == v["scores"][li]
+        _assert_exact(case, scores, counts)
+
+
+def _v2_vector_cases(vectors_v2):
+    for v in vectors_v2["decode"]:
+        tables = [(t["level"], [bytes.fromhex(k) for k in t["keys"]], t["per_value"]) for t in v["tables"]]
+        yield v, dict(sched=tuple(v["schedule"]), vocab=v["vocab_size"], h=v["context_width"], tables=tables,
+                      pos=bytes.fromhex(v["position_key"]), segments=v["segments"], windows=v["windows"],
+                      stride=v["stride"], batch=[v["ids"], [], v["ids"][:25]])
+
+
+@native
+def test_native_matches_v2_test_vectors(vectors_v2):
+    for v, case in _v2_vector_cases(vectors_v2):
+        scores, counts = _run(case, cpu_kernel.segment_scores)
+        assert counts[0].tolist() == v["counts"]
+        for li in range(len(case["tables"])):
+            assert scores[li][0].tolist() == v["scores"][li]  # bit-identical
         _assert_exact(case, scores, counts)
 
 
@@ -185,16 +204,17 @@ def test_dispatch_picks_native_on_cpu_and_falls_back(monkeypatch):
 def test_triton_kernel_bit_exact_in_interpreter():
     """Runs the Triton kernels on the CPU through TRITON_INTERPRET=1 (separate process: the flag is
     read when the kernels are defined) and checks them against the reference: bit for bit on the random
-    cases; within 1e-12 on the 600-candidate per-value case, where numpy's vectorised log (the interpreter's)
-    differs from libm's in the last bit for a few lanes (counts and all integer work stay exact)."""
+    cases; within 1e-12 on the per-value cases (600 candidates; the spec v2 vectors), where numpy's vectorised
+    log (the interpreter's) differs from libm's in the last bit for a few lanes (integer work stays exact)."""
     code = (
         "import random, sys; sys.path.insert(0, 'tests'); import test_kernels as tk; "
         "from gpu import triton_kernels as T\n"
         "for s in range(4):\n"
         "    case = tk._case(random.Random(s))\n"
         "    tk._assert_exact(case, *tk._run(case, T.segment_scores))\n"
-        "case = tk._large_value_case()\n"
-        "tk._assert_close(case, *tk._run(case, T.segment_scores))\n"
+        "import json; v2 = json.load(open('tests/vectors/hero_v2.json'))\n"
+        "for case in [tk._large_value_case()] + [c for _, c in tk._v2_vector_cases(v2)]:\n"
+        "    tk._assert_close(case, *tk._run(case, T.segment_scores))\n"
         "print('ok')\n"
     )
     env = {**os.environ, "TRITON_INTERPRET": "1"}

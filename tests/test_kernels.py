@@ -235,6 +235,20 @@ def test_triton_cuda_matches_reference(seed):
 
 
 @has_cuda
+@has_triton
+def test_triton_cuda_matches_v2_vectors_and_large_value_tables(vectors_v2):
+    cases = [c for _, c in _v2_vector_cases(vectors_v2)] + [_large_value_case()]
+    for case in cases:
+        scores, counts = _run(case, triton_kernels.segment_scores, device="cuda")
+        assert counts.device.type == "cuda"
+        _assert_close(case, scores, counts)
+    for v, case in _v2_vector_cases(vectors_v2):
+        scores, _ = _run(case, segment_scores, device="cuda")  # auto dispatch on CUDA
+        for li, want in enumerate(v["scores"]):
+            assert torch.allclose(scores[li][0].cpu(), torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+@has_cuda
 def test_cuda_dispatch_and_sampler_on_device(vectors):
     assert select_backend("cuda") == ("triton" if triton_kernels.triton is not None else "torch")
     for v in vectors["sample"]:

@@ -131,12 +131,13 @@ if triton is not None:
         k0 = tl.load(key0_ptr + cs, mask=cmask, other=0).to(tl.uint64, bitcast=True)
         k1 = tl.load(key1_ptr + cs, mask=cmask, other=0).to(tl.uint64, bitcast=True)
         zero = tl.zeros([BLOCK_C], dtype=tl.uint64)
+        izero = tl.zeros([BLOCK_C], dtype=tl.int64)  # message offsets stay signed, as pointer offsets
         rs = tl.arange(0, RP)
         acc = tl.zeros([RP, BLOCK_C], dtype=tl.float64)
         start = tl.load(start_ptr + row)
         end = tl.load(start_ptr + row + 1)
         for n in range(start, end):
-            s0, s1 = _siphash128(k0, k1, msg_ptr, zero + n * NW, cmask, NW)
+            s0, s1 = _siphash128(k0, k1, msg_ptr, izero + n * NW, cmask, NW)
             j = tl.load(j_ptr + n).to(tl.uint64, bitcast=True)
             u = _philox_word(s0, s1, zero + j)
             ev = -tl.log((4294967295.5 - u.to(tl.float64)) / 4294967296.0)

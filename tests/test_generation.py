@@ -137,3 +137,20 @@ def test_repeated_contexts_draw_from_the_distribution_with_fresh_randomness():
     chi2 = float(((freq - expected) ** 2 / expected).sum())
     assert chi2 < 24.3  # 7 dof: P(chi2 > 24.3) ~ 1e-3
     assert plain.unique().numel() >= 5
+
+
+@pytest.mark.model
+def test_v2_responses_differ_across_rng_seeds_under_one_key(smollm2):
+    """Spec v2: same key, prompt and payload, different RNG seeds -> different responses (v1 produced
+    byte-identical 40-token outputs: every token's randomness came from the key and the context)."""
+    model, tok = smollm2
+    profile = default_profile()
+    assert profile.spec_version == 2
+    ks = make_keyset(profile)
+    outs = [
+        generate_watermarked(model, tok, PROMPTS, [{"model": 5, "user": 6}] * 2, profile, ks, max_new_tokens=20,
+                             min_new_tokens=20, generator=torch.Generator().manual_seed(seed))
+        for seed in (1, 2)
+    ]
+    for a, b in zip(*outs, strict=True):
+        assert a.token_ids != b.token_ids

@@ -198,6 +198,14 @@ class Decoder:
                     j += 1
                 t, sc, _ = self._best_version(lv, per_version)
                 levels.append(self._level_result(lv, t, sc, counts, batch[i]))
+            if levels[0].status == "undecodable" and levels[0].level in self.unavailable:
+                # Deeper levels hang on level 1's position key: without the version that made the text,
+                # their values are meaningless (their evidence stays in p_value).
+                for lv in levels[1:]:
+                    lv.status, lv.fields = "undecodable", dict.fromkeys(lv.fields)
+                    lv.candidates = lv.spans = None
+                    lv.confidence = 0.0
+                    lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
             log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
             n_scored = int(counts.sum())
             results.append(
@@ -224,9 +232,10 @@ class Decoder:
         att = decide(ev, self.alpha, lv.key_bits)
         seg_counts = [int(c) for c in counts.sum(0)]
         undecoded = [k for k, c in enumerate(seg_counts) if c == 0] if not lv.per_value else []
-        reason = att.reason
-        if level in self.unavailable and att.status == "absent":
-            reason = self.unavailable[level]
+        status, reason = att.status, att.reason
+        if level in self.unavailable and status == "absent":
+            # no evidence under the versions still held, and the ones that are gone may have made the text
+            status, reason = "undecodable", self.unavailable[level]
         positions = None
         if att.spans:
             positions = reference.scored_positions(list(ids), prof.context_width)
@@ -241,7 +250,7 @@ class Decoder:
             segment_tokens=seg_counts,
             undecoded_segments=undecoded,
             versions_tried=tried,
-            status=att.status,
+            status=status,
             reason=reason,
             candidates=[
                 {"fields": value_fields(prof, level, c.value), "p_value": stats.to_p(c.log_p), "tokens": c.tokens}

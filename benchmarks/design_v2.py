@@ -73,6 +73,7 @@ def generate(args):
     pos_words = {c: prf.key_words([keys[c]["pos"]]) for c in cfgs}
     drawn = {c: [] for c in cfgs}
     state = {"prompt_len": None}
+    t0 = time.perf_counter()
 
     class Replay(LogitsProcessor):
         def __call__(self, input_ids, scores):
@@ -90,10 +91,12 @@ def generate(args):
                 m2 = users if scheme == "value" else seg_of(users, k)
                 seeds = [cpu_kernel.prf_seed(w1[0][m1], w1[1][m1], ctx), cpu_kernel.prf_seed(w2[0][m2], w2[1][m2], ctx)]
                 drawn[c].append(route_and_sample(warped, seeds, (k1,)))
+            steps = len(drawn[cfgs[0]])
+            if steps % 20 == 0:
+                print(f"step {steps}/{args.tokens} at {time.perf_counter() - t0:.0f}s", flush=True)
             return warped
 
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    t0 = time.perf_counter()
     with torch.no_grad():
         out = model.generate(**enc, max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=True,
                              temperature=1.0, top_k=0, top_p=1.0, pad_token_id=tok.pad_token_id,
@@ -244,7 +247,7 @@ def main():
     ap.add_argument("--analyse")
     ap.add_argument("--json")
     a = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # on a shared 2-core machine OpenMP barriers of 2 threads burn CPU spinning
     if a.analyse:
         analyse(a)
     else:

@@ -69,6 +69,7 @@ def test_single_source_texts_decode_exact_values(keys, decoder):
     assert np.mean([r.levels[1].confidence for r in res]) > 0.99
 
 
+@pytest.mark.slow
 def test_human_and_unwatermarked_texts_release_nothing(keys, decoder):
     """Uniform random ids (no model at all) and model text sampled without the watermark: every level
     is `absent` (all fields null), and the level-2 p-values are uniform (calibrated)."""
@@ -85,6 +86,7 @@ def test_human_and_unwatermarked_texts_release_nothing(keys, decoder):
     assert sps.kstest(p2, "uniform").pvalue > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share", [0.5, 0.8])
 def test_two_user_splices_name_both_or_one_never_a_third(keys, decoder, share):
     rng = random.Random(int(share * 10))
@@ -131,6 +133,7 @@ def test_mixed_spans_locate_the_change_point(keys, decoder):
     assert located >= 15
 
 
+@pytest.mark.slow
 def test_two_model_splices_never_release_a_third_model(keys, decoder):
     """Level 1 keeps 2-bit segments: a value is released only when every segment's winner has its own
     evidence and no segment has a second supported value; otherwise `mixed` or `absent`."""

@@ -200,6 +200,7 @@ def test_dispatch_picks_native_on_cpu_and_falls_back(monkeypatch):
     _assert_close(case, b_scores, b_counts)
 
 
+@pytest.mark.slow
 @has_triton
 def test_triton_kernel_bit_exact_in_interpreter():
     """Runs the Triton kernels on the CPU through TRITON_INTERPRET=1 (separate process: the flag is

@@ -11,7 +11,7 @@ from verifier.engine.profile import ProfileError, default_profile, make_profile,
 def test_default_profile_is_paper_hero2_2_2_24_bits():
     p = default_profile()
     assert p.label() == "HeRo2(2,2)" and p.total_bits == 24 and p.segments == 6
-    assert p.schedule == (80,) and p.vocab_size == 49152 and p.context_width == 4
+    assert p.schedule == (80,) and p.vocab_size == 49152 and p.context_width == 3  # v2: h = 3 (spec section 14)
     assert p.routing == "contiguous" and p.routing_stride == 0
     assert p.field_names() == ["model", "user"] and p.field_level("user") == 2
     # spec v2: level 1 keeps 2-bit segments (4 keys), level 2 one key per whole 12-bit user

@@ -15,11 +15,17 @@ import pytest
 from tests.helpers import postgres
 
 VECTORS = Path(__file__).parent / "vectors" / "hero_v1.json"
+VECTORS_V2 = Path(__file__).parent / "vectors" / "hero_v2.json"
 
 
 @pytest.fixture(scope="session")
 def vectors() -> dict:
     return json.loads(VECTORS.read_text())
+
+
+@pytest.fixture(scope="session")
+def vectors_v2() -> dict:
+    return json.loads(VECTORS_V2.read_text())
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,6 @@ import torch
 from scipy import stats as sps
 
 from tests.helpers.keys import make_keyset
-from tests.helpers.synthetic import bit_errors
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import generate_watermarked
 from verifier.engine.profile import default_profile
@@ -46,16 +45,18 @@ def test_bit_accuracy_from_retokenized_text(setup):
     assert all(len(g.token_ids) == NEW_TOKENS for g in gens)
     dec = Decoder(profile, {1: [keyset.tables[0]], 2: [keyset.tables[1]]})
     results = dec.decode_texts([g.text for g in gens], tok)
-    ok = tot = 0
+    exact = released1 = 0
     for r, p in zip(results, payloads, strict=True):
         assert r.watermarked and r.p_value < 1e-6
-        for lv in (1, 2):
-            a, b = bit_errors(profile, lv, r.levels[lv - 1].fields, p)
-            ok += a
-            tot += b
-    acc = ok / tot
-    print(f"\nSmolLM2 round trip: bit accuracy {acc:.4f} over {tot} bits; max p {max(r.p_value for r in results):.2e}")
-    assert tot >= 16 * 24 and acc >= 0.925
+        # spec v2: a released value is the one the text carries, never a near miss
+        for lv, name in ((1, "model"), (2, "user")):
+            level = r.levels[lv - 1]
+            assert level.status in ("decoded", "absent") and level.fields[name] in (p[name], None)
+        exact += r.levels[1].fields["user"] == p["user"]
+        released1 += r.levels[0].status == "decoded"
+    print(f"\nSmolLM2 round trip (200 tokens): exact user {exact}/{len(results)}, model released {released1}/"
+          f"{len(results)}; max p {max(r.p_value for r in results):.2e}")
+    assert len(results) >= 16 and exact >= len(results) - 1  # whole-value ML: >= 0.999 expected at 200 tokens
     # the public-only verifier sees level 1 only, and still detects
     public = Decoder(profile, {1: [keyset.tables[0]]}).decode_texts([g.text for g in gens], tok)
     assert all(len(r.levels) == 1 and r.watermarked for r in public)

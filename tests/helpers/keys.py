@@ -5,11 +5,11 @@ from __future__ import annotations
 
 def make_keyset(profile, seed: int = 0):
     """Key set with fresh CSPRNG masters (seed only names the versions)."""
-    from verifier.engine.keys import KeySet, derive_table, new_master_secret
+    from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
 
     return KeySet(
         tuple(
-            derive_table(new_master_secret(), lv, profile.levels[lv - 1].bits, f"l{lv}-v{seed}")
+            derive_level_table(new_master_secret(), profile, lv, f"l{lv}-v{seed}")
             for lv in range(1, profile.depth + 1)
         )
     )

@@ -1,15 +1,13 @@
 """Decoding when key versions are gone (destroyed or disabled), and the level verdicts that follow.
 
-The decoder scores the versions it is handed; the verdict for versions it is not handed is made here,
-in the engine, so that service code only passes results through:
-
-- a level some of whose versions are gone, and whose evidence is not significant, is `undecodable`
-  (the text may have been made with a gone version), with the reason;
-- the levels above an undecodable level 1 are `undecodable`: they are segmented with level 1's position
-  key, so without the version that made the text their field values mean nothing;
-- a level with no usable version at all, and every level above it, is `undecodable` with its reason;
-- disabled versions (`not_tried`) are not a loss: a level without evidence under the versions tried keeps
-  its verdict (a human text stays not watermarked) and its reason names the versions not tried.
+The decoder scores the versions it is handed and, told which versions are gone (`unavailable`), makes
+those verdicts itself (engine/decoder.py): a level some of whose versions are gone and that shows no
+evidence is `undecodable` with the reason, and so is every level above an undecodable level 1 (they
+hang on level 1's position key). Here, in the engine too, so that service code only passes results
+through: a level with no usable version at all, and every level above it, is `undecodable` with its
+reason.
+Disabled versions (`not_tried`) are not a loss: a level without evidence under the versions tried keeps
+its verdict (a human text stays not watermarked) and its reason names the versions not tried.
 
 An undecodable level releases no field value.
 """
@@ -40,7 +38,10 @@ def decode_texts(
     """Decode `texts` with the usable `tables`; `unavailable` / `missing`: level -> why versions are gone;
     `not_tried`: level -> the disabled versions the decoder was not handed."""
     if not tables:
-        return [DecodeResult(False, 1.0, 0.0, None, 0, _missing_levels(missing)) for _ in texts]
+        return [
+            DecodeResult(False, 1.0, 0.0, None, 0, _missing_levels(missing), spec_version=profile.spec_version)
+            for _ in texts
+        ]
     decoder = Decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)
     return [_with_verdicts(r, alpha, missing, not_tried or {}) for r in decoder.decode_texts(texts, tokenizer)]
 
@@ -59,17 +60,12 @@ def _missing_levels(missing: Mapping[int, str]) -> list[LevelResult]:
 def _with_verdicts(
     result: DecodeResult, alpha: float, missing: Mapping[int, str], not_tried: Mapping[int, str]
 ) -> DecodeResult:
+    """The decoder already made the verdicts for versions it was told are gone (`unavailable`); add the
+    levels with no usable version at all, and name the disabled versions not tried where nothing was found."""
     for lv in result.levels:
-        if lv.reason and lv.p_value > alpha:
-            lv.status = "undecodable"
         why = not_tried.get(lv.level)
         if why and lv.p_value > alpha:
             lv.reason = f"{lv.reason}; {why}" if lv.reason else why
-    first = result.levels[0]
-    if first.status == "undecodable" and first.reason:
-        for lv in result.levels[1:]:
-            lv.status = "undecodable"
-            lv.reason = lv.reason or f"level 1 cannot be decoded ({first.reason})"
     result.levels.extend(_missing_levels(missing))
     for lv in result.levels:
         if lv.status == "undecodable" and lv.fields is not None:

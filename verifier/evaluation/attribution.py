@@ -158,3 +158,14 @@ def gate(atts: Sequence[Attribution], threshold: float | None) -> list[Attributi
     if threshold is None:
         return list(atts)
     return [a if a.score > threshold else replace(a, user=None, status="absent", candidates=()) for a in atts]
+
+
+def count_false(atts: Sequence[Attribution], allowed: Sequence[set[int]]) -> int:
+    """Results that name a value outside their text's `allowed` set: empty for text that carries no user
+    (human, unwatermarked), {user} for a watermarked text, {A, B} for a splice of A and B."""
+    return sum(bool(a.named() - ok) for a, ok in zip(atts, allowed, strict=True))
+
+
+def count_exact(atts: Sequence[Attribution], users: Sequence[int]) -> int:
+    """Results that released exactly their text's user (a `mixed` or empty result is a miss)."""
+    return sum(a.user is not None and a.user == u for a, u in zip(atts, users, strict=True))

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from verifier.evaluation import attacks, metrics
-from verifier.evaluation.attribution import Attribution, attribute, gate, user_value
+from verifier.evaluation.attribution import Attribution, attribute, count_exact, count_false, gate, user_value
 from verifier.evaluation.methods import UNWATERMARKED, VOCAB, BaselineMethod, HeroMethod, Method
 from verifier.evaluation.splices import build_splices, classify
 
@@ -85,7 +85,7 @@ class MethodEval:
         res["splices"] = {str(q): self._splices(q) for q in RATIOS}
         if self.unw is not None:
             att = self.attribute(self.seen([x["ids"] for x in self.unw]), self.tokens)
-            res["fa_unwatermarked"] = metrics.proportion(sum(bool(a.named()) for a in att), len(att))
+            res["fa_unwatermarked"] = metrics.proportion(count_false(att, [set()] * len(att)), len(att))
         third = sum(res["splices"][q]["counts"]["third"] for q in res["splices"])
         total = sum(res["splices"][q]["n"] for q in res["splices"])
         res["fa_splices"] = metrics.proportion(third, total)
@@ -113,7 +113,7 @@ class MethodEval:
             released = gate(halves[0], thr[1]) + gate(halves[1], thr[0])
         else:
             released = hs
-        res["fa_human"] = metrics.proportion(sum(bool(a.named()) for a in released), len(released))
+        res["fa_human"] = metrics.proportion(count_false(released, [set()] * len(released)), len(released))
         res["human_status"] = dict(Counter(a.status for a in released))
 
     def _exact(self, ids: list[list[int]], t: int) -> dict:
@@ -122,8 +122,8 @@ class MethodEval:
             self._scores50 = [a.score for a in raw]
         att = gate(raw, self.threshold.get(t)) if self.baseline else raw
         n = len(att)
-        exact = sum(a.user == u for a, u in zip(att, self.users, strict=True))
-        wrong = sum(bool(a.named() - {u}) for a, u in zip(att, self.users, strict=True))
+        exact = count_exact(att, self.users)
+        wrong = count_false(att, [{u} for u in self.users])
         best = sum(a.best == u for a, u in zip(raw, self.users, strict=True))
         for a, u in zip(att, self.users, strict=True):
             if a.user is not None and a.confidence is not None:

@@ -6,8 +6,9 @@ adapter turns a decoder's output into an `Attribution`: the value released (or N
 the values named by a `mixed` result, the decoder's confidence and a detection score.
 
 Release rules (the thing false attribution is measured on):
-- HeRo v2: the engine's own per-level rule (`decoded` releases, `mixed` names its candidates).
-- HeRo v1: what the v1 service returns: the level-2 fields whenever the level is not `undecodable`.
+- HeRo (v1 and v2 profiles): the engine's own per-level rule (`decoded` releases, `mixed` names its
+  candidates). An engine without spec v2 marks every level with a scored token `decoded`, so under it
+  the v1 profile releases a user for any text, as the v1 service did.
 - MPAC, BiMark: the decoded value when the detection score exceeds a threshold set on human text
   (`gate`); they have no calibrated per-text p-value of their own.
 """
@@ -114,7 +115,6 @@ def _hero(method: HeroMethod, ids: Sequence[Sequence[int]]) -> list[Attribution]
     from verifier.evaluation.methods import _decode_safe
 
     lv = method.profile.field_level("user")
-    v2 = method.profile.spec_version >= 2
     out = []
     for r in _decode_safe(method._decoder, list(ids)):
         if r is None:
@@ -125,10 +125,7 @@ def _hero(method: HeroMethod, ids: Sequence[Sequence[int]]) -> list[Attribution]
         cands = tuple(
             c["fields"]["user"] for c in (getattr(lr, "candidates", None) or []) if c["fields"].get("user") is not None
         )
-        if v2:
-            released = value if lr.status == "decoded" else None
-        else:  # the v1 service returns the fields of every level that is not undecodable
-            released = value if lr.status != "undecodable" else None
+        released = value if lr.status == "decoded" else None  # the engine's own release rule
         best = value if value is not None else (cands[0] if cands else None)
         out.append(
             Attribution(

@@ -20,15 +20,15 @@ from verifier.evaluation.sampling import Sampling
 class DataPlan:
     prompts: int = 200
     tokens: int = 200
-    div_prompts: int = 5
+    div_prompts: int = 4
     repeats: int = 20
-    div_tokens: int = 32
+    div_tokens: int = 24
     users: int = 32
-    user_prompts: int = 8
+    user_prompts: int = 6
     prefix: int = 8
     col_users: int = 16
-    col_prompts: int = 8
-    col_tokens: int = 100
+    col_prompts: int = 6
+    col_tokens: int = 64
 
 
 class AttributionData:

@@ -28,14 +28,19 @@ def evaluate(sec) -> None:
 
     r = sec.r
     out = r.results["cells"].setdefault("attribution", {})
-    out["plan"] = {**sec.plan.__dict__, "settings": [s.name for s in sec.settings], "methods": list(sec.methods)}
+    out["plan"] = {
+        **sec.plan.__dict__,
+        "settings": [s.name for s in sec.settings],
+        "methods": list(sec.methods),
+        "texts": {n: sec.texts(n) for n in sec.methods},
+    }
     for s in sec.settings:
         cell = out.setdefault(s.name, {"describe": s.describe()})
         unw = sec.methods.get(UNWATERMARKED)
-        unw_recs = sec.data.main(unw, s) if unw is not None else None
+        unw_recs = sec.data.main(unw, s, range(sec.texts(UNWATERMARKED))) if unw is not None else None
         for name, m in sec.methods.items():
             r.say(f"attribution: evaluating {name} under {s.name}")
-            recs = sec.data.main(m, s)
+            recs = sec.data.main(m, s, range(sec.texts(name)))
             if name == UNWATERMARKED:
                 cell[name] = {
                     "n": len(recs),

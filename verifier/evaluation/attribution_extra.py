@@ -12,7 +12,7 @@ from verifier.evaluation import collusion as col
 from verifier.evaluation import metrics
 from verifier.evaluation.attribution import attribute
 from verifier.evaluation.attribution_section import COLLUSION_SETTING
-from verifier.evaluation.methods import UNWATERMARKED, BaselineMethod, HeroMethod
+from verifier.evaluation.methods import BaselineMethod, HeroMethod
 from verifier.evaluation.splices import classify, splice_ids
 
 
@@ -31,7 +31,7 @@ def diversity(sec) -> dict:
     p = sec.plan
     out: dict = {}
     for s in sec.settings:
-        for name, m in sec.methods.items():
+        for name, m in sec.diversity_methods().items():
             reps = [sec.data.repeats(m, s, k) for k in range(p.div_prompts)]
             users = [sec.data.users(m, s, k) for k in range(p.user_prompts)]
             out.setdefault(s.name, {})[name] = {
@@ -49,9 +49,7 @@ def collusion(sec) -> dict:
     p, out = sec.plan, {"setting": COLLUSION_SETTING.name}
     members = set(range(p.col_users // 2))
     outsiders = set(range(p.col_users // 2, p.col_users))
-    for name, m in sec.methods.items():
-        if not (isinstance(m, HeroMethod) or name == UNWATERMARKED):
-            continue
+    for name, m in sec.diversity_methods().items():
         recs = sec.data.collusion(m, COLLUSION_SETTING)
         texts = sec.r.retok([r["text"] for r in recs])
         accounts = [k // p.col_prompts for k in range(len(recs))]

@@ -30,32 +30,40 @@ class AttributionSection:
             else:
                 self.methods[name] = m
 
+    def texts(self, name: str) -> int:
+        """Main-cell texts of a method: `prompts`, or fewer where `attr_caps` says so (time on 2 cores)."""
+        return min(self.plan.prompts, (self.r.cfg.attr_caps or {}).get(name, self.plan.prompts))
+
     def generate_all(self) -> None:
-        """Every text the section needs, in rounds of `ROUND` prompts over all main cells, so that a run cut
-        short leaves every cell with the same number of texts; diversity and collusion texts after the
-        first half of the main cells."""
+        """Every text the section needs, in rounds of `ROUND` prompts over all main cells (each up to its
+        cap), so that a run cut short leaves the cells with similar numbers of texts; diversity and
+        collusion texts after the first round."""
         r, p = self.r, self.plan
-        rounds = [range(a, min(a + ROUND, p.prompts)) for a in range(0, p.prompts, ROUND)]
-        half = (len(rounds) + 1) // 2
-        for k, idx in enumerate(rounds):
+        for k, start in enumerate(range(0, p.prompts, ROUND)):
             for s in self.settings:
                 for name, m in self.methods.items():
-                    r.say(f"attribution data: main {name} {s.name} texts {idx.start}..{idx.stop - 1}")
-                    self.data.main(m, s, idx)
-            if k == half - 1:
+                    idx = range(start, min(start + ROUND, self.texts(name)))
+                    if len(idx):
+                        r.say(f"attribution data: main {name} {s.name} texts {idx.start}..{idx.stop - 1}")
+                        self.data.main(m, s, idx)
+            if k == 0:
                 self._small_sets()
 
     def _small_sets(self) -> None:
+        """Diversity (HeRo against plain sampling) and collusion texts."""
         for s in self.settings:
-            for m in self.methods.values():
+            for m in self.diversity_methods().values():
                 for p in range(self.plan.div_prompts):
                     self.data.repeats(m, s, p)
                 for p in range(self.plan.user_prompts):
                     self.data.users(m, s, p)
-        for name, m in self.methods.items():
-            if name.startswith("HeRo") or name == UNWATERMARKED:
-                self.r.say(f"attribution data: collusion {name}")
-                self.data.collusion(m, COLLUSION_SETTING)
+        for name, m in self.diversity_methods().items():
+            self.r.say(f"attribution data: collusion {name}")
+            self.data.collusion(m, COLLUSION_SETTING)
+
+    def diversity_methods(self) -> dict:
+        """HeRo and plain sampling (unwatermarked): the baselines sample with fresh randomness anyway."""
+        return {n: m for n, m in self.methods.items() if n.startswith("HeRo") or n == UNWATERMARKED}
 
     def run(self) -> None:
         self.generate_all()

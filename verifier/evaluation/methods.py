@@ -102,10 +102,7 @@ class HeroMethod(Method):
         lob = [lv for lv in range(1, profile.depth + 1) for _ in range(profile.level_payload_bits(lv))]
         super().__init__(name, profile.total_bits, lob)
         self.keyset = KeySet(
-            tuple(
-                derive_table(master(seed, name, lv), lv, lvl.bits, f"l{lv}")
-                for lv, lvl in enumerate(profile.levels, start=1)
-            )
+            tuple(_level_table(master(seed, name, lv), profile, lv) for lv in range(1, profile.depth + 1))
         )
         self._decoder = Decoder(profile, {t.level: [t] for t in self.keyset.tables})
 
@@ -159,6 +156,16 @@ class HeroMethod(Method):
                 deeper = range(2, self.profile.depth + 1)
                 rows[i].extend([None] * n_priv if r is None else self._decoded_bits(r, deeper))
         return rows
+
+
+def _level_table(secret: bytes, profile: Profile, level: int) -> KeyTable:
+    """Level `level`'s key table as the profile's spec version derives it (v2: one key per whole value
+    on per-value levels); engines without spec v2 derive the v1 table."""
+    from verifier.engine import keys
+
+    if hasattr(keys, "derive_level_table"):
+        return keys.derive_level_table(secret, profile, level, f"l{level}")
+    return derive_table(secret, level, profile.levels[level - 1].bits, f"l{level}")
 
 
 def _decode_safe(decoder: Decoder, ids: list[list[int]]):

@@ -75,6 +75,7 @@ class Config:
     settings: tuple[str, ...] = ("T1", "k50p0.9")  # sampling settings of the attribution section
     attr_methods: tuple[str, ...] = ATTR_METHODS
     attr_plan: dict | None = None  # DataPlan overrides (diversity / collusion sizes)
+    attr_caps: dict | None = None  # method -> fewer main-cell texts than `prompts` (attribution section)
     generate_only: bool = False  # attribution: fill the generation cache, measure nothing
 
     @classmethod

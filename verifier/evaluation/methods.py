@@ -139,24 +139,6 @@ class HeroMethod(Method):
                 out.append(Decoded(self._decoded_bits(r, range(1, self.profile.depth + 1)), -r.log10_p_value))
         return out
 
-    def decode_public_only(self, ids, guesses: int, seed: int) -> list[list[int | None]]:
-        """Private bits as a public-only verifier recovers them: level 1 from the true key, deeper
-        levels from independently drawn (wrong) key tables; `guesses` draws, bits concatenated."""
-        if self.profile.depth < 2:
-            return [[] for _ in ids]
-        rows: list[list[int | None]] = [[] for _ in ids]
-        for gi in range(guesses):
-            tables: dict[int, list[KeyTable]] = {1: [self.keyset.tables[0]]}
-            for lv in range(2, self.profile.depth + 1):
-                b = self.profile.levels[lv - 1].bits
-                tables[lv] = [derive_table(master(seed, self.name, lv, f"guess{gi}"), lv, b, f"g{lv}")]
-            res = _decode_safe(Decoder(self.profile, tables), ids)
-            for i, r in enumerate(res):
-                n_priv = self.total_bits - self.profile.level_payload_bits(1)
-                deeper = range(2, self.profile.depth + 1)
-                rows[i].extend([None] * n_priv if r is None else self._decoded_bits(r, deeper))
-        return rows
-
 
 def _level_table(secret: bytes, profile: Profile, level: int) -> KeyTable:
     """Level `level`'s key table as the profile's spec version derives it (v2: one key per whole value

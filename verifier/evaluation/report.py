@@ -36,7 +36,6 @@ def write_report(results: dict, out: Path) -> Path:
         _header,
         _main_table,
         _tpr_tables,
-        _disclosure,
         _timing,
         _budget_curve,
         _payload,
@@ -153,24 +152,6 @@ def _tpr_tables(results: dict) -> list[str]:
     return L
 
 
-def _disclosure(results: dict) -> list[str]:
-    sd = [(n, c) for n, c in _main_cells(results) if "private_public_only" in c]
-    if not sd:
-        return []
-    L = ["## Selective disclosure\n"]
-    L.append(
-        "A public-only verifier holds the level-1 key only. Its best effort on the private bits is modelled as "
-        f"decoding the deeper levels with {results['config']['public_guesses']} independently drawn (wrong) key "
-        "tables; accuracy over all guesses (chance = 0.5).\n"
-    )
-    L.append("| method | private bits, full keys | private bits, public-only verifier |")
-    L.append("|---|---|---|")
-    for n, c in sd:
-        L.append(f"| {n} | {_ci(c.get('private_bit_acc'))} | {_ci(c['private_public_only'])} |")
-    L.append("")
-    return L
-
-
 def _timing(results: dict) -> list[str]:
     timing = results["cells"].get("timing", {})
     if not timing:
@@ -252,12 +233,12 @@ def _hierarchy(results: dict) -> list[str]:
         return []
     order = sorted(hier.values(), key=lambda c: (c["bits_name"], c["k1"]))
     L = ["## Hierarchy sweep (24 bits, HeRo²)\n"]
-    L.append("| allocation | K_1 | n | public | private (full keys) | private (public-only) |")
-    L.append("|---|---|---|---|---|---|")
+    L.append("| allocation | K_1 | n | public | private |")
+    L.append("|---|---|---|---|---|")
     for c in order:
         L.append(
             f"| {c['bits_name']} | {c['k1']} | {c['n']} | {_ci(c.get('public_bit_acc'))} | "
-            f"{_ci(c.get('private_bit_acc'))} | {_ci(c.get('private_public_only'))} |"
+            f"{_ci(c.get('private_bit_acc'))} |"
         )
     L.append("")
     for t in sorted({t for c in hier.values() for t in c.get("by_tokens", {})}, key=int):
@@ -440,7 +421,7 @@ def _plot_hierarchy(results: dict, out: Path, plt) -> str | None:
 
 
 def _hierarchy_panel(ax, hier: dict, t: str | None) -> None:
-    """Public / private (/ public-only) bit accuracy against K_1 for each allocation, at budget t."""
+    """Public / private bit accuracy against K_1 for each allocation, at budget t."""
     for bn in sorted({c["bits_name"] for c in hier.values()}):
         cs = sorted((c for c in hier.values() if c["bits_name"] == bn), key=lambda c: c["k1"])
         src = [c if t is None else c.get("by_tokens", {}).get(t, {}) for c in cs]
@@ -456,14 +437,6 @@ def _hierarchy_panel(ax, hier: dict, t: str | None) -> None:
             color=line.get_color(),
             label=f"{bn} private",
         )
-        if t is None and all("private_public_only" in c for c in cs):
-            ax.plot(
-                ks,
-                [c["private_public_only"]["mean"] for c in cs],
-                ls=":",
-                color=line.get_color(),
-                label=f"{bn} private, public-only",
-            )
     ax.set_xscale("log")
     ax.set_xlabel("K_1 (first-level chunks)")
     ax.set_ylabel("bit accuracy")

@@ -26,7 +26,7 @@ from verifier.evaluation import (
 )
 from verifier.evaluation.attribution import ATTR_METHODS
 from verifier.evaluation.generation import GenerationCache, generate_rows, slug
-from verifier.evaluation.methods import ALL_METHODS, UNWATERMARKED, HeroMethod, Method, build_method
+from verifier.evaluation.methods import ALL_METHODS, UNWATERMARKED, Method, build_method
 from verifier.evaluation.perplexity import score_ppl
 from verifier.evaluation.sampling import T1
 
@@ -67,7 +67,6 @@ class Config:
     payload_bits: tuple[int, ...] = (12, 48, 36)
     long_tokens: int = 400
     gemma_texts: int = 48
-    public_guesses: int = 16
     budget_minutes: float = 0.0  # 0 = no limit; sections starting past it are skipped
     out: str = "docs/evaluation"
     command: str = ""
@@ -89,7 +88,6 @@ class Config:
             batch_size=32,
             sections=("main",),
             methods=("HeRo2(2,2)", "MPAC(2)", UNWATERMARKED),
-            public_guesses=16,
             attr_plan=QUICK_ATTR_PLAN,
         )
         base.update({k: v for k, v in kw.items() if v is not None})
@@ -190,13 +188,6 @@ class Runner:
             hdec = method.decode(hids)
             cell["human_scores"] = [d.score for d in hdec]
             cell["tpr"] = {str(f): metrics.tpr_at_fpr(cell["scores"], cell["human_scores"], f) for f in FPRS}
-        if isinstance(method, HeroMethod) and method.profile.depth > 1:
-            pub = method.decode_public_only(ids, self.cfg.public_guesses, self.cfg.seed)
-            rows = []
-            for r, bits in zip(recs, pub, strict=True):
-                truth = [b for b, lv in zip(r["payload"], method.level_of_bit, strict=True) if lv > 1]
-                rows.append(metrics.bit_correct(bits, truth * self.cfg.public_guesses, undecoded_as="coin"))
-            cell["private_public_only"] = metrics.bit_accuracy(rows)
         return cell
 
     def _bit_stats(self, method: Method, dec, recs, prefix: str = "") -> dict:
@@ -460,7 +451,7 @@ class Runner:
 
 
 def quick_summary(results: dict) -> dict:
-    """The JSON printed by `hero eval --quick`: per method bit_acc, ppl and (HeRo^2) public-only accuracy."""
+    """The JSON printed by `hero eval --quick`: per method bit_acc (public / private for HeRo^2) and ppl."""
     out: dict = {}
     for key, cell in results["cells"].items():
         if not key.startswith("main/"):
@@ -469,8 +460,7 @@ def quick_summary(results: dict) -> dict:
         if "bit_acc" in cell:
             s["bit_acc"] = cell["bit_acc"]["mean"]
             s["bit_acc_ci95"] = [cell["bit_acc"]["lo"], cell["bit_acc"]["hi"]]
-        if "private_public_only" in cell:
-            s["private_bit_acc_public_only"] = cell["private_public_only"]["mean"]
+        if "private_bit_acc" in cell:
             s["public_bit_acc"] = cell["public_bit_acc"]["mean"]
             s["private_bit_acc"] = cell["private_bit_acc"]["mean"]
         if "gen_ms_per_token" in cell:

@@ -1,8 +1,8 @@
 """CPU fast path of the decoder evidence kernel: the C extension `gpu._hero_kernels`.
 
-Same contract as `gpu.evidence.segment_scores_torch` and bit-identical to the pure-Python reference
-(integer PRF work is exact; the evidence uses libm `log` like CPython's `math.log`; per-segment sums
-are accumulated in token order). The scoring work is split over `threads` OS threads inside C.
+Same contract as `gpu.torch_kernel.segment_scores` (gpu/scoring.py) and bit-identical to the pure-Python
+reference (integer PRF work is exact; the evidence uses libm `log` like CPython's `math.log`; every cell
+is summed in text order). The scoring work is split over `threads` OS threads inside C.
 
 The extension is normally built by `pip install -e .` (setup.py). When it is missing (installed
 without a compiler, or an editable install that predates setup.py), the first call tries once to
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -26,7 +27,10 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from gpu.scoring import LevelKeys, ScoringSpec
+
 SOURCE = Path(__file__).parent / "_native" / "hero_kernels.c"
+ABI = 2  # must match PyModule_AddIntConstant(m, "ABI", ...) in the C source
 _MODULE: ModuleType | None = None
 _TRIED = False
 _ERROR: str | None = None
@@ -62,6 +66,8 @@ def _build_in_cache() -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    if getattr(module, "ABI", 0) != ABI:
+        raise RuntimeError(f"built module has ABI {getattr(module, 'ABI', 0)}, expected {ABI}")
     return module
 
 
@@ -77,8 +83,10 @@ def load() -> ModuleType | None:
     try:
         from gpu import _hero_kernels  # type: ignore[attr-defined]
 
-        _MODULE = _hero_kernels
-        return _MODULE
+        if getattr(_hero_kernels, "ABI", 0) == ABI:
+            _MODULE = _hero_kernels
+            return _MODULE
+        _ERROR = "gpu._hero_kernels is stale (built from an older source; reinstall with pip install -e .)"
     except ImportError as exc:
         _ERROR = f"gpu._hero_kernels not built ({exc})"
     if os.environ.get("HERO_NATIVE_BUILD", "1") != "0" and SOURCE.exists():
@@ -110,57 +118,54 @@ def _i64(values) -> Tensor:
 def segment_scores(
     ids: Tensor,
     lengths: Tensor,
-    *,
-    context_width: int,
-    vocab_size: int,
-    schedule: tuple[int, ...],
-    segments: int,
+    spec: ScoringSpec,
     position_key: tuple[Tensor, Tensor],
-    tables: list,
+    tables: list[LevelKeys],
     threads: int | None = None,
-    stride: int = 0,
 ) -> tuple[list[Tensor], Tensor]:
-    """CPU tensors in, CPU tensors out: scores [B, K, C_l] float64 per table, counts [B, K] int64."""
+    """CPU tensors in, CPU tensors out (shapes in gpu/scoring.py)."""
     mod = load()
     if mod is None:
         raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
     ids = ids.detach().to("cpu", torch.int64).contiguous()
     lengths = lengths.detach().to("cpu", torch.int64).contiguous()
     b, t = ids.shape
-    sizes = [int(tb.k0.shape[0]) for tb in tables]
-    ctot = sum(sizes)
     if tables:
         k0 = torch.cat([tb.k0.detach().to("cpu", torch.int64) for tb in tables]).contiguous()
         k1 = torch.cat([tb.k1.detach().to("cpu", torch.int64) for tb in tables]).contiguous()
     else:
         k0 = k1 = torch.zeros(0, dtype=torch.int64)
-    out = torch.zeros(b, segments, ctot, dtype=torch.float64)
-    counts = torch.zeros(b, segments, dtype=torch.int64)
+    shapes = [(b, spec.windows, tb.cells(spec), tb.candidates) for tb in tables]
+    out = torch.zeros(sum(math.prod(s) for s in shapes), dtype=torch.float64)
+    counts = torch.zeros(b, spec.windows, spec.segments, dtype=torch.int64)
     mask = (1 << 64) - 1
     mod.segment_scores(
         ids.numpy(),
         lengths.numpy(),
         b,
         t,
-        int(context_width),
-        int(vocab_size),
-        _i64(schedule).numpy(),
-        int(segments),
+        spec.context_width,
+        spec.vocab_size,
+        _i64(spec.schedule).numpy(),
+        spec.segments,
+        spec.windows,
         int(position_key[0]) & mask,
         int(position_key[1]) & mask,
         _i64(tb.level for tb in tables).numpy(),
-        _i64(sizes).numpy(),
+        _i64(tb.candidates for tb in tables).numpy(),
+        _i64(int(tb.per_value) for tb in tables).numpy(),
         k0.numpy(),
         k1.numpy(),
         out.numpy(),
         counts.numpy(),
         default_threads() if threads is None else int(threads),
-        int(stride),
+        spec.stride,
     )
     res, off = [], 0
-    for c in sizes:
-        res.append(out[:, :, off : off + c].contiguous() if len(sizes) > 1 else out)
-        off += c
+    for s in shapes:
+        n = math.prod(s)
+        res.append(out[off : off + n].view(s))
+        off += n
     return res, counts
 
 

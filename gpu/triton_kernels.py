@@ -1,11 +1,13 @@
-"""CUDA path of the decoder evidence kernel, written in Triton.
+"""CUDA path of the decoder evidence kernel, written in Triton (contract in gpu/scoring.py).
 
-Stage 1 (`_evidence_kernel`, one program per BLOCK scored tokens): SipHash-2-4-128 of each token's
-packed h-gram under the position key and under every candidate key of every requested level,
-Philox4x32-10 word s_l, and -log(1 - U) in float64. Stage 2 (`_accumulate_kernel`, one program per
-row) adds each row's evidence into its [K, C] cells sequentially in token order, so the sums are
-deterministic (no float atomics) and follow the reference's order. Context masking, routing paths
-and message packing reuse the torch code (gpu/evidence.py, gpu/partition.py, gpu/prf.py).
+`_position_kernel` (one program per BLOCK scored tokens): SipHash-2-4-128 of each token's packed h-gram
+under the position key and word 0 of its Philox4x32-10 stream -> segment. `_score_kernel` (one program
+per (row, block of BLOCK_C candidates) of one table): walks the row's scored tokens in text order and,
+per token, computes SipHash under every candidate key of the block (candidates across lanes), Philox
+word s_l and -log(1 - U) in float64, added into the program's [window x cell, candidate] tile. Each
+cell is a sequential sum in text order (no float atomics): deterministic, the reference's order.
+Context masking, windows, routing paths and message packing reuse the torch code (gpu/scoring.py,
+gpu/partition.py, gpu/prf.py).
 
 Integer work is bit-exact; the evidence uses the device's float64 log (libdevice on CUDA, numpy under
 TRITON_INTERPRET=1), which may differ from libm in the last bit for rare inputs.
@@ -19,8 +21,9 @@ import os
 import torch
 from torch import Tensor
 
-from gpu import prf
+from gpu import prf, torch_kernel
 from gpu.partition import routing_paths
+from gpu.scoring import LevelKeys, ScoringSpec, empty_outputs, scored_tokens
 
 try:  # Triton is optional (CUDA machines); the CPU install never needs it.
     import triton
@@ -29,7 +32,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     triton = None
     tl = None
 
-MAX_ACC_CELLS = 16384  # [K, C] accumulator cells per program; larger decodes use the torch path
+MAX_ACC_CELLS = 16384  # [window x cell, candidate] accumulator tile per program; larger rows use torch
 
 
 def interpreted() -> bool:
@@ -62,13 +65,13 @@ if triton is not None:
         return v0, v1, v2, v3
 
     @triton.jit
-    def _siphash128(k0, k1, msg_ptr, offs, mask, NW: tl.constexpr):
+    def _siphash128(k0, k1, msg_ptr, base, mask, NW: tl.constexpr):
         v0 = k0 ^ 0x736F6D6570736575
         v1 = k1 ^ (0x646F72616E646F6D ^ 0xEE)
         v2 = k0 ^ 0x6C7967656E657261
         v3 = k1 ^ 0x7465646279746573
         for i in tl.static_range(NW):
-            m = tl.load(msg_ptr + offs * NW + i, mask=mask, other=0).to(tl.uint64, bitcast=True)
+            m = tl.load(msg_ptr + base + i, mask=mask, other=0).to(tl.uint64, bitcast=True)
             v3 = v3 ^ m
             v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
             v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
@@ -108,103 +111,90 @@ if triton is not None:
         return tl.where(lane == 0, c0, tl.where(lane == 1, c1, tl.where(lane == 2, c2, c3)))
 
     @triton.jit
-    def _evidence_kernel(
-        msg_ptr, path_ptr, key0_ptr, key1_ptr, lvl_ptr, pk0, pk1, seg_ptr, ev_ptr, n_tokens, segments,
-        NW: tl.constexpr, L: tl.constexpr, CTOT: tl.constexpr, BLOCK: tl.constexpr,
-    ):
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
+    def _position_kernel(msg_ptr, pk0, pk1, seg_ptr, n_tokens, segments, NW: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n_tokens
         zero = tl.zeros([BLOCK], dtype=tl.uint64)
-        p0 = zero + pk0.to(tl.uint64, bitcast=True)
-        p1 = zero + pk1.to(tl.uint64, bitcast=True)
-        s0, s1 = _siphash128(p0, p1, msg_ptr, offs, mask, NW)
+        s0, s1 = _siphash128(zero + pk0.to(tl.uint64, bitcast=True), zero + pk1.to(tl.uint64, bitcast=True),
+                             msg_ptr, offs * NW, mask, NW)
         u0 = _philox_word(s0, s1, zero)
-        seg = (u0 * segments.to(tl.uint64)) >> 32
-        tl.store(seg_ptr + offs, seg.to(tl.int64), mask=mask)
-        for c in tl.static_range(CTOT):
-            k0 = zero + tl.load(key0_ptr + c).to(tl.uint64, bitcast=True)
-            k1 = zero + tl.load(key1_ptr + c).to(tl.uint64, bitcast=True)
-            lv = tl.load(lvl_ptr + c)
-            j = tl.load(path_ptr + offs * L + lv, mask=mask, other=0).to(tl.uint64, bitcast=True)
-            s0, s1 = _siphash128(k0, k1, msg_ptr, offs, mask, NW)
-            u = _philox_word(s0, s1, j)
-            ev = -tl.log((4294967295.5 - u.to(tl.float64)) / 4294967296.0)
-            tl.store(ev_ptr + offs * CTOT + c, ev, mask=mask)
+        tl.store(seg_ptr + offs, ((u0 * segments.to(tl.uint64)) >> 32).to(tl.int64), mask=mask)
 
     @triton.jit
-    def _accumulate_kernel(
-        seg_ptr, ev_ptr, start_ptr, out_ptr, segments,
-        CTOT: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr,
+    def _score_kernel(
+        msg_ptr, j_ptr, cell_ptr, start_ptr, key0_ptr, key1_ptr, out_ptr, n_cand, n_cells,
+        NW: tl.constexpr, RP: tl.constexpr, BLOCK_C: tl.constexpr,
     ):
         row = tl.program_id(0)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        cmask = cs < n_cand
+        k0 = tl.load(key0_ptr + cs, mask=cmask, other=0).to(tl.uint64, bitcast=True)
+        k1 = tl.load(key1_ptr + cs, mask=cmask, other=0).to(tl.uint64, bitcast=True)
+        zero = tl.zeros([BLOCK_C], dtype=tl.uint64)
+        izero = tl.zeros([BLOCK_C], dtype=tl.int64)  # message offsets stay signed, as pointer offsets
+        rs = tl.arange(0, RP)
+        acc = tl.zeros([RP, BLOCK_C], dtype=tl.float64)
         start = tl.load(start_ptr + row)
         end = tl.load(start_ptr + row + 1)
-        ks = tl.arange(0, KP)
-        cs = tl.arange(0, CP)
-        acc = tl.zeros([KP, CP], dtype=tl.float64)
         for n in range(start, end):
-            k = tl.load(seg_ptr + n)
-            ev = tl.load(ev_ptr + n * CTOT + cs, mask=cs < CTOT, other=0.0)
-            # x + 0.0 == x exactly: each cell is a sequential sum in token order
-            acc += tl.where((ks == k)[:, None], ev[None, :], 0.0)
-        cell = (row * segments + ks)[:, None] * CTOT + cs[None, :]
-        tl.store(out_ptr + cell, acc, mask=(ks < segments)[:, None] & (cs < CTOT)[None, :])
+            s0, s1 = _siphash128(k0, k1, msg_ptr, izero + n * NW, cmask, NW)
+            j = tl.load(j_ptr + n).to(tl.uint64, bitcast=True)
+            u = _philox_word(s0, s1, zero + j)
+            ev = -tl.log((4294967295.5 - u.to(tl.float64)) / 4294967296.0)
+            cell = tl.load(cell_ptr + n)
+            # x + 0.0 == x exactly: each cell is a sequential sum in text order
+            acc += tl.where((rs == cell)[:, None], ev[None, :], 0.0)
+        dst = out_ptr + (row * n_cells + rs)[:, None] * n_cand + cs[None, :]
+        tl.store(dst, acc, mask=(rs < n_cells)[:, None] & cmask[None, :])
+
+
+def _blocks(rows: int, candidates: int) -> tuple[int, int] | None:
+    """(RP, BLOCK_C) tile of one program, or None when the window x cell rows do not fit one tile."""
+    rp = triton.next_power_of_2(max(rows, 1))
+    if rp > MAX_ACC_CELLS // 4:
+        return None
+    return rp, max(1, min(triton.next_power_of_2(max(candidates, 1)), 128, MAX_ACC_CELLS // rp))
 
 
 def segment_scores(
     ids: Tensor,
     lengths: Tensor,
-    *,
-    context_width: int,
-    vocab_size: int,
-    schedule: tuple[int, ...],
-    segments: int,
+    spec: ScoringSpec,
     position_key: tuple[Tensor, Tensor],
-    tables: list,
+    tables: list[LevelKeys],
     block: int = 128,
-    stride: int = 0,
 ) -> tuple[list[Tensor], Tensor]:
-    """Same contract as gpu.evidence.segment_scores_torch; tensors stay on ids.device."""
-    from gpu.evidence import scored_tokens, segment_scores_torch
-
+    """Same contract as gpu.torch_kernel.segment_scores; tensors stay on ids.device."""
     if triton is None:
         raise RuntimeError("Triton is not installed")
-    kwargs = dict(
-        context_width=context_width, vocab_size=vocab_size, schedule=tuple(schedule), segments=segments,
-        position_key=position_key, tables=tables, stride=stride,
-    )
+    if any(_blocks(spec.windows * t.cells(spec), t.candidates) is None for t in tables):
+        return torch_kernel.segment_scores(ids, lengths, spec, position_key, tables)
     device = ids.device
     b = ids.shape[0]
-    sizes = [int(t.k0.shape[0]) for t in tables]
-    ctot = sum(sizes)
-    kp, cp = triton.next_power_of_2(max(segments, 1)), triton.next_power_of_2(max(ctot, 1))
-    if kp * cp > MAX_ACC_CELLS or ctot == 0:
-        return segment_scores_torch(ids, lengths, **kwargs)
-    st = scored_tokens(ids, lengths, context_width)
+    scores, counts = empty_outputs(b, spec, tables, device)
+    st = scored_tokens(ids, lengths, spec.context_width, spec.windows)
     n = int(st.row.numel())
-    out = torch.zeros(b, segments, ctot, dtype=torch.float64, device=device)
-    counts = torch.zeros(b, segments, dtype=torch.int64, device=device)
-    if n:
-        msg = torch.stack(prf.context_words(st.context), dim=1).contiguous()  # [N, NW] int64
-        path = routing_paths(st.token, vocab_size, tuple(schedule), stride).contiguous()  # [N, L]
-        key0 = torch.cat([t.k0.to(device, torch.int64) for t in tables]).contiguous()
-        key1 = torch.cat([t.k1.to(device, torch.int64) for t in tables]).contiguous()
-        lvl = torch.tensor([t.level - 1 for t, c in zip(tables, sizes, strict=True) for _ in range(c)],
-                           dtype=torch.int64, device=device)
-        seg = torch.empty(n, dtype=torch.int64, device=device)
-        ev = torch.empty(n, ctot, dtype=torch.float64, device=device)
-        pk0, pk1 = (int(x) for x in position_key)
-        _evidence_kernel[(triton.cdiv(n, block),)](
-            msg, path, key0, key1, lvl, pk0, pk1, seg, ev, n, segments,
-            NW=msg.shape[1], L=path.shape[1], CTOT=ctot, BLOCK=block,
-        )
-        start = torch.zeros(b + 1, dtype=torch.int64, device=device)
-        start[1:] = torch.cumsum(torch.bincount(st.row, minlength=b), 0)
-        _accumulate_kernel[(b,)](seg, ev, start, out, segments, CTOT=ctot, KP=kp, CP=cp)
-        counts = torch.bincount(st.row * segments + seg, minlength=b * segments).view(b, segments)
-    res, off = [], 0
-    for c in sizes:
-        res.append(out[:, :, off : off + c].contiguous())
-        off += c
-    return res, counts
+    if n == 0:
+        return scores, counts
+    msg = torch.stack(prf.context_words(st.context), dim=1).contiguous()  # [N, NW] int64
+    nw = msg.shape[1]
+    seg = torch.empty(n, dtype=torch.int64, device=device)
+    pk0, pk1 = (prf.s64(int(x)) for x in position_key)
+    _position_kernel[(triton.cdiv(n, block),)](msg, pk0, pk1, seg, n, spec.segments, NW=nw, BLOCK=block)
+    rw = st.row * spec.windows + st.window
+    counts = torch.bincount(rw * spec.segments + seg, minlength=b * spec.windows * spec.segments)
+    counts = counts.view(b, spec.windows, spec.segments)
+    path = routing_paths(st.token, spec.vocab_size, spec.schedule, spec.stride)  # [N, L]
+    start = torch.zeros(b + 1, dtype=torch.int64, device=device)
+    start[1:] = torch.cumsum(torch.bincount(st.row, minlength=b), 0)
+    for table, out in zip(tables, scores, strict=True):
+        cells = table.cells(spec)
+        rp, bc = _blocks(spec.windows * cells, table.candidates)  # type: ignore[misc]
+        cell = (st.window * cells + (0 if table.per_value else seg)).contiguous()
+        j = path[:, table.level - 1].contiguous()
+        key0 = table.k0.to(device, torch.int64).contiguous()
+        key1 = table.k1.to(device, torch.int64).contiguous()
+        grid = (b, triton.cdiv(table.candidates, bc))
+        _score_kernel[grid](msg, j, cell, start, key0, key1, out, table.candidates, spec.windows * cells,
+                            NW=nw, RP=rp, BLOCK_C=bc)
+    return scores, counts

@@ -9,11 +9,17 @@ from pathlib import Path
 import pytest
 
 VECTORS = Path(__file__).parent / "vectors" / "hero_v1.json"
+VECTORS_V2 = Path(__file__).parent / "vectors" / "hero_v2.json"
 
 
 @pytest.fixture(scope="session")
 def vectors() -> dict:
     return json.loads(VECTORS.read_text())
+
+
+@pytest.fixture(scope="session")
+def vectors_v2() -> dict:
+    return json.loads(VECTORS_V2.read_text())
 
 
 @pytest.fixture(autouse=True)
@@ -29,11 +35,11 @@ def hero_home(tmp_path, monkeypatch) -> Path:
 
 def make_keyset(profile, seed: int = 0):
     """Key set with fresh CSPRNG masters (seed only names the versions)."""
-    from verifier.engine.keys import KeySet, derive_table, new_master_secret
+    from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
 
     return KeySet(
         tuple(
-            derive_table(new_master_secret(), lv, profile.levels[lv - 1].bits, f"l{lv}-v{seed}")
+            derive_level_table(new_master_secret(), profile, lv, f"l{lv}-v{seed}")
             for lv in range(1, profile.depth + 1)
         )
     )

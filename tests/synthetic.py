@@ -8,8 +8,12 @@ from gpu.sampler import HeroSampler
 from verifier.engine.payload import encode_payload
 
 
-def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0, context_masking=True):
-    """Returns continuation ids [B, steps] generated with the HeRo sampler (prompt of h random ids)."""
+def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0, context_masking=True,
+             watermark: bool = True):
+    """Returns continuation ids [B, steps] generated with the HeRo sampler (prompt of h random ids).
+
+    As in engine/generation.py: repeated contexts and (spec v2) the first h tokens are drawn unmarked;
+    watermark=False draws every token from the same distributions without the watermark."""
     g = torch.Generator().manual_seed(seed)
     h, v = profile.context_width, profile.vocab_size
     sampler = HeroSampler(
@@ -26,8 +30,10 @@ def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed:
     for t in range(steps):
         logits = torch.randn(b, v, generator=g) * sigma
         ctx = ids[:, -h:]
-        mark = torch.ones(b, dtype=torch.bool)
-        if context_masking and t >= h:
+        mark = torch.full((b,), watermark, dtype=torch.bool)
+        if t < h and profile.spec_version >= 2:
+            mark[:] = False
+        elif context_masking and t >= h:
             for i, row in enumerate(ctx.tolist()):
                 if tuple(row) in seen[i]:
                     mark[i] = False

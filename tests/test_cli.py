@@ -97,13 +97,40 @@ def test_generate_then_decode_round_trip(capsys, smollm2):
     assert pub["tokens_scored"] > 100 and 0 <= pub["p_value"] < 1e-4
     code, full, _ = run(capsys, "decode", "--levels", "1,2", "--text", gen["text"])
     assert code == 0 and [set(lv["fields"]) for lv in full["levels"]] == [{"model"}, {"user"}]
-    # One 160-token text: exact 12-bit fields are likely, not certain (bit accuracy is measured elsewhere).
-    assert _bits_right(full["levels"][0]["fields"]["model"], 37) >= 9
-    assert _bits_right(full["levels"][1]["fields"]["user"], 1234) >= 9
-    assert all(0 <= lv["confidence"] <= 1 for lv in full["levels"])
+    assert full["spec_version"] == 2 and "mixed-sources" not in full["flags"]
+    # Spec v2: the whole 12-bit user is decoded by maximum likelihood (>= 0.99 at 100+ tokens, see
+    # docs/spec.md); level 1 (2-bit segments) releases a model only when every segment has evidence.
+    assert full["levels"][1]["status"] == "decoded" and full["levels"][1]["fields"] == {"user": 1234}
+    assert full["levels"][0]["fields"]["model"] in (37, None)
+    assert full["levels"][1]["confidence"] > 0.9 and all(0 <= lv["confidence"] <= 1 for lv in full["levels"])
 
 
-def _bits_right(decoded: int | None, truth: int, bits: int = 12) -> int:
-    if decoded is None:
-        return 0
-    return sum(((decoded >> i) & 1) == ((truth >> i) & 1) for i in range(bits))
+def test_decode_human_text_releases_nothing(capsys):
+    """`hero decode` on text no key made: every level `absent`, fields null, no candidates, no flags."""
+    assert run(capsys, "keys", "init")[0] == 0
+    text = ("The committee said the proposals, first published in March, would be reviewed again after the "
+            "summer, when ministers expect to receive the findings of an independent inquiry into costs.")
+    code, out, _ = run(capsys, "decode", "--levels", "1,2", "--text", text)
+    assert code == 0 and not out["watermarked"] and out["flags"] == [] and out["tokens_scored"] > 20
+    for lv in out["levels"]:
+        assert lv["status"] == "absent" and set(lv["fields"].values()) == {None}
+        assert lv["candidates"] is None and lv["spans"] is None and lv["confidence"] == 0.0
+
+
+@pytest.mark.model
+def test_decode_two_user_splice_is_mixed(capsys, smollm2):
+    """Two users' texts joined: `hero decode` names both users (`mixed`), never a third."""
+    assert run(capsys, "keys", "init")[0] == 0
+    texts = []
+    for user, prompt in ((1234, "The city council met on Tuesday to discuss"), (999, "Shares in the bank fell after")):
+        code, gen, _ = run(capsys, "generate", "--prompt", prompt, "--field", "model=37", "--field", f"user={user}",
+                           "--max-new-tokens", "120", "--min-new-tokens", "120")
+        assert code == 0
+        texts.append(gen["text"])
+    code, out, _ = run(capsys, "decode", "--levels", "1,2", "--text", texts[0] + " " + texts[1])
+    assert code == 0
+    lv = out["levels"][1]
+    named = {c["fields"]["user"] for c in lv["candidates"] or []} | {s["fields"]["user"] for s in lv["spans"] or []}
+    assert named <= {1234, 999}
+    assert lv["status"] == "mixed" and lv["fields"] == {"user": None} and named == {1234, 999}
+    assert "mixed-sources" in out["flags"]

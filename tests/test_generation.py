@@ -105,3 +105,52 @@ def test_repeated_contexts_unwatermarked_and_recorded_only_inside_continuation()
         seq = torch.cat([seq, nxt], dim=1)
     # continuation contexts seen: (1,2,3,4),(2,3,4,1),(3,4,1,2),(4,1,2,3) and nothing touching the prompt
     assert proc.seen[0] == {(1, 2, 3, 4), (2, 3, 4, 1), (3, 4, 1, 2), (4, 1, 2, 3)}
+
+
+def test_repeated_contexts_draw_from_the_distribution_with_fresh_randomness():
+    """A repeated continuation context is sampled from P with fresh randomness (what the decoder's
+    context masking assumes): over many rows its draws follow P (chi-square) and vary, while a new
+    context with the same key and payload gives the same watermarked token in every row."""
+    profile = default_profile()
+    ks = make_keyset(profile)
+    rows = 400
+    probs = torch.tensor([0.30, 0.25, 0.15, 0.10, 0.08, 0.06, 0.04, 0.02])
+    support = torch.tensor([11, 500, 4096, 9000, 20000, 33333, 40000, 49151])
+    scores = torch.full((rows, profile.vocab_size), float("-inf"))
+    scores[:, support] = probs.log()
+    seq = torch.tensor([[5, 6, 7, 8, 1, 2, 3, 4]]).expand(rows, -1)
+    payloads = [{"model": 9, "user": 77}] * rows
+
+    def draw(repeated: bool) -> torch.Tensor:
+        proc = HeroLogitsProcessor(profile, ks, payloads, generator=torch.Generator().manual_seed(1))
+        proc.prompt_length = 4  # the context (last h of 1, 2, 3, 4) lies inside the continuation
+        if repeated:
+            proc.seen = [{tuple(seq[0, -profile.context_width :].tolist())} for _ in range(rows)]
+        return proc(seq, scores.clone()).argmax(dim=1)
+
+    marked = draw(repeated=False)
+    assert marked.unique().numel() == 1 and int(marked[0]) in support.tolist()
+    plain = draw(repeated=True)
+    freq = torch.tensor([(plain == t).sum() for t in support.tolist()], dtype=torch.float64)
+    assert int(freq.sum()) == rows  # nothing outside the support
+    expected = rows * probs.double()
+    chi2 = float(((freq - expected) ** 2 / expected).sum())
+    assert chi2 < 24.3  # 7 dof: P(chi2 > 24.3) ~ 1e-3
+    assert plain.unique().numel() >= 5
+
+
+@pytest.mark.model
+def test_v2_responses_differ_across_rng_seeds_under_one_key(smollm2):
+    """Spec v2: same key, prompt and payload, different RNG seeds -> different responses (v1 produced
+    byte-identical 40-token outputs: every token's randomness came from the key and the context)."""
+    model, tok = smollm2
+    profile = default_profile()
+    assert profile.spec_version == 2
+    ks = make_keyset(profile)
+    outs = [
+        generate_watermarked(model, tok, PROMPTS, [{"model": 5, "user": 6}] * 2, profile, ks, max_new_tokens=20,
+                             min_new_tokens=20, generator=torch.Generator().manual_seed(seed))
+        for seed in (1, 2)
+    ]
+    for a, b in zip(*outs, strict=True):
+        assert a.token_ids != b.token_ids

@@ -14,6 +14,17 @@ def test_default_profile_is_paper_hero2_2_2_24_bits():
     assert p.schedule == (80,) and p.vocab_size == 49152 and p.context_width == 4
     assert p.routing == "contiguous" and p.routing_stride == 0
     assert p.field_names() == ["model", "user"] and p.field_level("user") == 2
+    # spec v2: level 1 keeps 2-bit segments (4 keys), level 2 one key per whole 12-bit user
+    assert p.spec_version == 2 and p.windows == 8
+    assert [(lv.encoding, lv.key_bits) for lv in p.levels] == [("segments", 2), ("value", 12)]
+
+
+def test_v1_profile_is_the_previous_default():
+    from verifier.engine.profile import v1_profile
+
+    p = v1_profile()
+    assert p.spec_version == 1 and p.windows == 1 and p.schedule == (80,) and p.context_width == 4
+    assert [(lv.encoding, lv.key_bits) for lv in p.levels] == [("segments", 2), ("segments", 2)]
 
 
 @pytest.mark.parametrize(
@@ -38,6 +49,16 @@ def test_segment_bit_layout_msb_first():
     assert [s[0] for s in segs] == [2, 1, 0, 3, 3, 1]
 
 
+def test_per_value_level_carries_the_whole_value_in_every_segment():
+    from verifier.engine.payload import segments_value, value_fields
+
+    p = default_profile()
+    segs = encode_payload(p, {"model": 0b10_01_00_11_11_01, "user": 3001})
+    assert [s[1] for s in segs] == [3001] * p.segments
+    assert value_fields(p, 2, 3001) == {"user": 3001} and value_fields(p, 2, None) == {"user": None}
+    assert value_fields(p, 1, segments_value(p, 1, [s[0] for s in segs])) == {"model": 0b10_01_00_11_11_01}
+
+
 @pytest.mark.parametrize(
     "mutate,message",
     [
@@ -50,7 +71,12 @@ def test_segment_bit_layout_msb_first():
         (lambda d: d["levels"][1]["fields"][0].update(name="model"), "defined twice"),
         (lambda d: d["levels"][0]["fields"][0].update(name="Bad Name"), "must match"),
         (lambda d: d.update(vocab_size=10), "exceeds vocab_size"),
-        (lambda d: d.update(spec_version=2), "not supported"),
+        (lambda d: d.update(spec_version=3), "not supported"),
+        (lambda d: d["levels"][0].update(encoding="value"), "level 1 carries the position key"),
+        (lambda d: d["levels"][1].update(encoding="rows"), "encoding must be one of"),
+        (lambda d: d.update(spec_version=1), "needs spec_version 2"),
+        (lambda d: (d.update(segments=9), d["levels"][1]["fields"][0].update(bits=18),
+                    d["levels"][0]["fields"][0].update(bits=18)), "exceeds 16"),
         (lambda d: d.update(levels=[]), "non-empty list"),
         (lambda d: d.update(context_width="4"), "must be an integer"),
         (lambda d: d.update(routing="random"), "routing must be"),
@@ -94,10 +120,10 @@ def test_undecoded_segment_gives_null_field_only_where_touched():
     assert decode_fields(two, 1, [1, 2, 3, None, 0, 1]) == {"a": 0b011011, "b": None}
 
 
-def test_paper_k20_profile_differs_from_default_only_in_k1():
-    from verifier.engine.profile import PROFILES_DIR, load_profile
+def test_paper_k20_profile_differs_from_v1_default_only_in_k1():
+    from verifier.engine.profile import PROFILES_DIR, load_profile, v1_profile
 
-    paper, default = load_profile(PROFILES_DIR / "paper-k20.yaml"), default_profile()
+    paper, default = load_profile(PROFILES_DIR / "paper-k20.yaml"), v1_profile()
     assert paper.name == "paper-k20" and paper.schedule == (20,) and default.schedule == (80,)
     d, q = default.to_dict(), paper.to_dict()
     d.pop("name"), q.pop("name")

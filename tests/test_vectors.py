@@ -1,4 +1,5 @@
-"""The frozen spec: reference and torch implementations reproduce tests/vectors/hero_v1.json bit for bit."""
+"""The frozen spec: reference and torch implementations reproduce tests/vectors/hero_v1.json and
+hero_v2.json bit for bit (floating-point evidence sums within 1e-12 on torch)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,21 @@ import pytest
 import torch
 
 from gpu import prf
-from gpu.evidence import LevelKeys, segment_scores
+from gpu.evidence import segment_scores
 from gpu.partition import routing_paths
 from gpu.sampler import route_and_sample
+from gpu.scoring import LevelKeys, ScoringSpec
 from verifier.engine import reference as R
-from verifier.engine.keys import entry_key, position_key
+from verifier.engine.keys import (
+    KeySet,
+    derive_level_table,
+    entry_key,
+    position_key,
+    v2_entry_key,
+    v2_position_key,
+)
+from verifier.engine.payload import encode_payload
+from verifier.engine.profile import profile_from_dict
 
 M64 = (1 << 64) - 1
 
@@ -120,21 +131,13 @@ def test_decode_scores_reference_and_torch(vectors):
         pk = prf.key_words([pos])
         lk = [LevelKeys(lv, *prf.key_words(ks)) for lv, ks in tables]
         ids = torch.tensor([v["ids"], v["ids"][:20] + [0] * (len(v["ids"]) - 20)])
-        tscores, tcounts = segment_scores(
-            ids,
-            torch.tensor([len(v["ids"]), 20]),
-            context_width=v["context_width"],
-            vocab_size=v["vocab_size"],
-            schedule=tuple(v["schedule"]),
-            segments=v["segments"],
-            position_key=(pk[0][0], pk[1][0]),
-            tables=lk,
-        )
-        assert tcounts[0].tolist() == counts
+        spec = ScoringSpec(v["context_width"], v["vocab_size"], tuple(v["schedule"]), v["segments"])
+        tscores, tcounts = segment_scores(ids, torch.tensor([len(v["ids"]), 20]), spec, (pk[0][0], pk[1][0]), lk)
+        assert tcounts[0, 0].tolist() == counts
         for li, ts in enumerate(tscores):
-            assert torch.allclose(ts[0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
+            assert torch.allclose(ts[0, 0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
         _short, short_counts = R.segment_scores(v["ids"][:20], *args)
-        assert tcounts[1].tolist() == short_counts
+        assert tcounts[1, 0].tolist() == short_counts
 
 
 @pytest.mark.parametrize("h", [1, 2, 3, 4, 7])
@@ -194,11 +197,71 @@ def test_interleaved_decode_vectors(vectors, backend):
         assert counts == v["counts"] and scores == v["scores"]
         pk = prf.key_words([pos])
         lk = [LevelKeys(lv, *prf.key_words(ks)) for lv, ks in tables]
-        tscores, tcounts = segment_scores(
-            torch.tensor([v["ids"]]), torch.tensor([len(v["ids"])]), context_width=v["context_width"],
-            vocab_size=v["vocab_size"], schedule=tuple(v["schedule"]), segments=v["segments"],
-            position_key=(pk[0][0], pk[1][0]), tables=lk, backend=backend, stride=v["stride"],
-        )
-        assert tcounts[0].tolist() == counts
+        spec = ScoringSpec(v["context_width"], v["vocab_size"], tuple(v["schedule"]), v["segments"], v["stride"])
+        tscores, tcounts = segment_scores(torch.tensor([v["ids"]]), torch.tensor([len(v["ids"])]), spec,
+                                          (pk[0][0], pk[1][0]), lk, backend=backend)
+        assert tcounts[0, 0].tolist() == counts
         for li, ts in enumerate(tscores):
-            assert torch.allclose(ts[0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
+            assert torch.allclose(ts[0, 0], torch.tensor(scores[li], dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+# --- spec v2 -------------------------------------------------------------------------------------
+
+
+def test_v2_key_derivation(vectors_v2):
+    for v in vectors_v2["hkdf"]:
+        master = bytes.fromhex(v["master"])
+        assert v2_entry_key(master, v["level"], v["value"], v["per_value"]).hex() == v["entry_key"]
+        assert v2_position_key(master).hex() == v["position_key"]
+        assert entry_key(master, v["level"], v["value"]).hex() != v["entry_key"]  # v1 and v2 domains differ
+
+
+def v2_decode_cases(vectors_v2):
+    for v in vectors_v2["decode"]:
+        tables = [(t["level"], [bytes.fromhex(k) for k in t["keys"]], t["per_value"]) for t in v["tables"]]
+        spec = ScoringSpec(v["context_width"], v["vocab_size"], tuple(v["schedule"]), v["segments"], v["stride"],
+                           v["windows"])
+        pk = prf.key_words([bytes.fromhex(v["position_key"])])
+        lk = [LevelKeys(lv, *prf.key_words(ks), per_value=pv) for lv, ks, pv in tables]
+        yield v, tables, spec, (pk[0][0], pk[1][0]), lk
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_v2_window_scores_reference_and_kernels(vectors_v2, backend):
+    for v, tables, spec, pk, lk in v2_decode_cases(vectors_v2):
+        scores, counts = R.window_scores(v["ids"], v["context_width"], v["vocab_size"], v["schedule"],
+                                         v["segments"], bytes.fromhex(v["position_key"]), tables, v["stride"],
+                                         v["windows"])
+        assert counts == v["counts"] and scores == v["scores"]
+        assert R.scored_positions(v["ids"], v["context_width"]) == v["scored_positions"]
+        assert sum(map(sum, counts)) == len(v["scored_positions"])
+        tscores, tcounts = segment_scores(torch.tensor([v["ids"]]), torch.tensor([len(v["ids"])]), spec, pk, lk,
+                                          backend=backend)
+        assert tcounts[0].tolist() == v["counts"]
+        for ts, want in zip(tscores, v["scores"], strict=True):
+            assert ts[0].shape == (v["windows"], len(want[0]), len(want[0][0]))
+            assert torch.allclose(ts[0], torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+def test_v2_generation_step_from_master_secrets(vectors_v2):
+    """Derivation, position segment, per-value key choice and routing give the frozen token."""
+    from gpu.sampler import HeroSampler
+
+    for v in vectors_v2["sample"]:
+        segs = v["segments"]
+        profile = profile_from_dict({
+            "name": "vec", "spec_version": 2, "vocab_size": v["vocab_size"], "segments": segs,
+            "levels": [
+                {"bits": b, **({"chunks": v["schedule"][i]} if i < len(v["schedule"]) else {}),
+                 "fields": [{"name": f"f{i}", "bits": b * segs}]}
+                for i, b in enumerate(v["bits"])
+            ],
+        })
+        masters = [bytes.fromhex(m) for m in v["masters"]]
+        ks = KeySet(tuple(derive_level_table(m, profile, lv, "t") for lv, m in enumerate(masters, start=1)))
+        sampler = HeroSampler(profile.schedule, segs, [list(t.entries) for t in ks.tables], ks.position)
+        ctx = torch.tensor([v["context"]])
+        assert int(sampler.positions(ctx)[0]) == v["segment"]
+        pay = torch.tensor([encode_payload(profile, {f"f{i}": x for i, x in enumerate(v["values"])})])
+        tok = sampler.sample(torch.tensor([v["logits"]], dtype=torch.float64), ctx, pay)
+        assert int(tok[0]) == v["token"]

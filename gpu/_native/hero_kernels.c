@@ -1,20 +1,24 @@
 /*
- * HeRo v1 decoder evidence kernel for CPUs (CPython extension, C99 + optional pthreads).
+ * HeRo decoder evidence kernel for CPUs (CPython extension, C99 + optional pthreads); contract in
+ * gpu/scoring.py (spec v1 and v2).
  *
- * Computes, for every scored token of a right-padded batch, the position segment (SipHash-2-4-128
- * of the h-gram context under the position key, word 0 of its Philox4x32-10 stream) and, for every
- * key-table entry of every requested level, the evidence -log(1 - U) of stream word s_l of
- * SipHash(entry key, context). All levels are scored in one pass over the tokens.
+ * For every scored token of a right-padded batch: the position segment (SipHash-2-4-128 of the h-gram
+ * context under the position key, word 0 of its Philox4x32-10 stream), the window of the token in its
+ * row, and, for every key of every requested table, the evidence -log(1 - U) of stream word s_l of
+ * SipHash(key, context), added to the cell (row, window, segment or 0, candidate).
  *
  * Bit-exactness with verifier/engine/reference.py:
  *   - integer parts (SipHash, Philox, routing, position) are exact by construction;
  *   - the evidence uses libm log() on the same float64 value (2^32 - 1/2 - u) / 2^32 that the
  *     reference hands to math.log (CPython's math.log calls libm log);
- *   - the per-(row, segment) sums are accumulated sequentially in token order, as the reference does.
+ *   - every cell is a sequential sum in text order, as in the reference.
  * So with the same libm, results are identical bit for bit, and always reproducible run to run.
  *
- * Work split: (1) context masking (dedup) per row, sequential; (2) the PRF/Philox/log work per scored
- * token, split over threads (no shared writes); (3) sequential accumulation in token order.
+ * Work split: (1) context masking (dedup) per row, sequential; (2) per scored token (threads over
+ * tokens): message words, segment, window, routing path; (3) work items (row, table, slice of 256
+ * candidates) from a shared counter: each item owns its cells and walks the row's tokens in order,
+ * so no cell is written by two threads and no [tokens x candidates] buffer is needed (a v2 private
+ * level has 4096 candidates).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -106,20 +110,32 @@ static inline int64_t chunk_start(int64_t size, int64_t k, int64_t i) {
 typedef struct {
     /* inputs */
     const int64_t *ids;
-    int64_t T, h, vocab, segments, nsched, ntables, ctot;
-    const int64_t *schedule, *levels, *sizes;
-    int64_t stride; /* interleaved routing layout (spec section 6); 0 = contiguous */
-    const uint64_t *k0, *k1;
+    int64_t B, T, h, vocab, segments, windows, nsched, ntables;
+    const int64_t *schedule, *levels, *sizes, *per_value;
+    int64_t stride; /* interleaved routing layout (spec section 6.1); 0 = contiguous */
+    const uint64_t *k0, *k1; /* all tables' key words, concatenated */
+    const int64_t *koff;     /* [ntables] first key of each table */
     uint64_t pk0, pk1;
-    const int64_t *tok_row, *tok_pos; /* scored tokens [n] */
-    /* outputs of phase 2 */
-    int64_t *seg;  /* [n] */
-    double *ev;    /* [n, ctot] */
+    int64_t n;                         /* scored tokens */
+    const int64_t *tok_row, *tok_pos;  /* [n], grouped by row in text order */
+    const int64_t *row_start;          /* [B + 1] */
+    /* per scored token, from phase 2 */
+    int64_t *seg, *win, *path; /* [n], [n], [n, nsched + 1] */
+    uint64_t *msg;             /* [n, nwords] */
+    int nwords;
+    /* output: table t occupies [B, W, cells_t, C_t] at ooff[t] */
+    double *out;
+    const int64_t *ooff;
+    /* work items of phase 3: (row, table, candidate slice) */
+    int64_t slice, nitems;
+    const int64_t *item_table_first; /* [ntables + 1] slices per row, prefix sums */
+    int64_t next;                    /* shared work counter */
 } Work;
 
 typedef struct {
-    const Work *w;
-    int64_t lo, hi;
+    Work *w;
+    int64_t lo, hi; /* token range (phase 2) */
+    int phase;
 } Slice;
 
 /* Four candidates at a time: SipHash and Philox in 4-lane vectors (GCC/Clang vector extensions; on
@@ -177,31 +193,39 @@ static void routing_path(const Work *w, int64_t token, int64_t *path) {
     path[w->nsched] = token - offset;
 }
 
-HERO_CLONES
-static void score_tokens(const Work *w, int64_t lo, int64_t hi) {
-    uint64_t msg[10];
-    int64_t path[64];
-    const int nwords = (int)(w->h / 2 + 1);
-    const int64_t ctot = w->ctot;
-    /* level index of each flattened candidate */
-    int64_t *lvl = malloc((size_t)(ctot + 4) * sizeof(int64_t));
-    if (!lvl) return; /* caller checks the sentinel below */
-    for (int64_t t = 0, c = 0; t < w->ntables; t++)
-        for (int64_t a = 0; a < w->sizes[t]; a++) lvl[c++] = w->levels[t] - 1;
+/* Phase 2, per scored token: packed message, position segment, window and routing path. */
+static void prepare_tokens(Work *w, int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; n++) {
-        int64_t token;
-        uint64_t s0, s1;
+        int64_t token, r = w->tok_row[n];
+        uint64_t s0, s1, *msg = w->msg + n * w->nwords;
         prepare_message(w, n, msg, &token);
-        siphash128(w->pk0, w->pk1, msg, nwords, &s0, &s1);
+        siphash128(w->pk0, w->pk1, msg, w->nwords, &s0, &s1);
         w->seg[n] = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * (uint64_t)w->segments) >> 32);
-        routing_path(w, token, path);
-        double *out = w->ev + n * ctot;
-        int64_t c = 0;
+        int64_t rank = n - w->row_start[r], cnt = w->row_start[r + 1] - w->row_start[r];
+        w->win[n] = rank * w->windows / cnt;
+        routing_path(w, token, w->path + n * (w->nsched + 1));
+    }
+}
+
+/* Phase 3, one work item: candidates [c0, c1) of table t for every scored token of row r, added to
+ * their cells in text order (each cell belongs to exactly one item: deterministic sums). */
+HERO_CLONES
+static void score_item(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    const int64_t C = w->sizes[t], lvl = w->levels[t] - 1, L1 = w->nsched + 1;
+    const int64_t cells = w->per_value[t] ? 1 : w->segments;
+    const uint64_t *K0 = w->k0 + w->koff[t], *K1 = w->k1 + w->koff[t];
+    double *base = w->out + w->ooff[t] + r * w->windows * cells * C;
+    const int nwords = w->nwords;
+    for (int64_t n = w->row_start[r]; n < w->row_start[r + 1]; n++) {
+        const uint64_t *msg = w->msg + n * nwords;
+        const uint64_t j = (uint64_t)w->path[n * L1 + lvl];
+        double *dst = base + (w->win[n] * cells + (cells == 1 ? 0 : w->seg[n])) * C;
+        int64_t c = c0;
 #if HERO_VEC
-        for (; c + 4 <= ctot; c += 4) {
+        for (; c + 4 <= c1; c += 4) {
             v4u k0, k1;
-            memcpy(&k0, w->k0 + c, sizeof k0);
-            memcpy(&k1, w->k1 + c, sizeof k1);
+            memcpy(&k0, K0 + c, sizeof k0);
+            memcpy(&k1, K1 + c, sizeof k1);
             v4u v0 = k0 ^ 0x736F6D6570736575ULL;
             v4u v1 = k1 ^ (0x646F72616E646F6DULL ^ 0xEEULL);
             v4u v2 = k0 ^ 0x6C7967656E657261ULL;
@@ -218,46 +242,87 @@ static void score_tokens(const Work *w, int64_t lo, int64_t hi) {
             v1 ^= 0xDD;
             VSIPROUND; VSIPROUND; VSIPROUND; VSIPROUND;
             v4u hi4 = v0 ^ v1 ^ v2 ^ v3;
-            /* Philox4x32-10, 32-bit words held in 64-bit lanes */
+            /* Philox4x32-10, 32-bit words held in 64-bit lanes; one block index for all lanes */
             const v4u m32 = {0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL};
-            v4u j = {(uint64_t)path[lvl[c]], (uint64_t)path[lvl[c + 1]], (uint64_t)path[lvl[c + 2]],
-                     (uint64_t)path[lvl[c + 3]]};
-            v4u blk = j >> 2;
-            v4u c0 = blk & m32, c1 = blk >> 32, c2 = hi4 & m32, c3 = hi4 >> 32;
+            const uint64_t blk = j >> 2;
+            v4u cc0 = m32 & (blk & 0xFFFFFFFFULL), cc1 = m32 & (blk >> 32), cc2 = hi4 & m32, cc3 = hi4 >> 32;
             v4u kk0 = lo4 & m32, kk1 = lo4 >> 32;
-            for (int r = 0; r < 10; r++) {
-                v4u p0 = c0 * 0xD2511F53ULL;
-                v4u p1 = c2 * 0xCD9E8D57ULL;
-                c0 = (p1 >> 32) ^ c1 ^ kk0;
-                c1 = p1 & m32;
-                c2 = (p0 >> 32) ^ c3 ^ kk1;
-                c3 = p0 & m32;
+            for (int q = 0; q < 10; q++) {
+                v4u p0 = cc0 * 0xD2511F53ULL;
+                v4u p1 = cc2 * 0xCD9E8D57ULL;
+                cc0 = (p1 >> 32) ^ cc1 ^ kk0;
+                cc1 = p1 & m32;
+                cc2 = (p0 >> 32) ^ cc3 ^ kk1;
+                cc3 = p0 & m32;
                 kk0 = (kk0 + 0x9E3779B9ULL) & m32;
                 kk1 = (kk1 + 0xBB67AE85ULL) & m32;
             }
-            for (int l = 0; l < 4; l++) {
-                uint64_t lane = j[l] & 3;
-                uint64_t u = lane == 0 ? c0[l] : lane == 1 ? c1[l] : lane == 2 ? c2[l] : c3[l];
-                out[c + l] = -log((4294967295.5 - (double)u) / 4294967296.0);
-            }
+            const v4u u = (j & 3) == 0 ? cc0 : (j & 3) == 1 ? cc1 : (j & 3) == 2 ? cc2 : cc3;
+            for (int l = 0; l < 4; l++) dst[c + l] += -log((4294967295.5 - (double)u[l]) / 4294967296.0);
         }
 #endif
-        for (; c < ctot; c++) {
-            siphash128(w->k0[c], w->k1[c], msg, nwords, &s0, &s1);
-            uint32_t u = philox_word(s0, s1, (uint64_t)path[lvl[c]]);
-            out[c] = -log((4294967295.5 - (double)u) / 4294967296.0);
+        for (; c < c1; c++) {
+            uint64_t s0, s1;
+            siphash128(K0[c], K1[c], msg, nwords, &s0, &s1);
+            uint32_t u = philox_word(s0, s1, j);
+            dst[c] += -log((4294967295.5 - (double)u) / 4294967296.0);
         }
     }
-    free(lvl);
+}
+
+static void run_items(Work *w) {
+    for (;;) {
+        int64_t it = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
+        if (it >= w->nitems) return;
+        const int64_t per_row = w->item_table_first[w->ntables];
+        int64_t r = it / per_row, rem = it % per_row, t = 0;
+        while (rem >= w->item_table_first[t + 1]) t++;
+        int64_t c0 = (rem - w->item_table_first[t]) * w->slice;
+        int64_t c1 = c0 + w->slice < w->sizes[t] ? c0 + w->slice : w->sizes[t];
+        if (w->row_start[r + 1] > w->row_start[r]) score_item(w, r, t, c0, c1);
+    }
 }
 
 #if HERO_THREADS
 static void *slice_main(void *arg) {
     Slice *s = (Slice *)arg;
-    score_tokens(s->w, s->lo, s->hi);
+    if (s->phase == 2)
+        prepare_tokens(s->w, s->lo, s->hi);
+    else
+        run_items(s->w);
     return NULL;
 }
 #endif
+
+/* Runs phase 2 (token slices) or phase 3 (shared item queue) on nt threads, the caller included. */
+static void parallel(Work *w, int phase, int nt) {
+#if HERO_THREADS
+    if (nt > 1) {
+        pthread_t th[64];
+        Slice sl[64];
+        int started[64] = {0};
+        for (int i = 0; i < nt; i++) {
+            sl[i].w = w;
+            sl[i].phase = phase;
+            sl[i].lo = w->n * i / nt;
+            sl[i].hi = w->n * (i + 1) / nt;
+            if (i > 0) started[i] = pthread_create(&th[i], NULL, slice_main, &sl[i]) == 0;
+        }
+        slice_main(&sl[0]);
+        for (int i = 1; i < nt; i++) {
+            if (started[i])
+                pthread_join(th[i], NULL);
+            else
+                slice_main(&sl[i]); /* could not start a thread: do its share here */
+        }
+        return;
+    }
+#endif
+    if (phase == 2)
+        prepare_tokens(w, 0, w->n);
+    else
+        run_items(w);
+}
 
 static inline uint64_t mix64(uint64_t x) {
     x ^= x >> 33;
@@ -312,99 +377,102 @@ static int check_len(Py_buffer *b, Py_ssize_t nbytes, const char *name) {
 }
 
 PyDoc_STRVAR(segment_scores_doc,
-             "segment_scores(ids, lengths, B, T, h, vocab, schedule, segments, pk0, pk1, levels, sizes, k0, k1,"
-             " out, counts, nthreads) -> scored token count\n\n"
-             "ids int64[B*T], lengths int64[B], schedule int64[L-1], levels/sizes int64[ntables],\n"
-             "k0/k1 int64[sum sizes] (key words), out float64[B*K*sum sizes] (zeroed), counts int64[B*K] (zeroed).");
+             "segment_scores(ids, lengths, B, T, h, vocab, schedule, segments, windows, pk0, pk1, levels, sizes,"
+             " per_value, k0, k1, out, counts, nthreads, stride) -> scored token count\n\n"
+             "ids int64[B*T], lengths int64[B], schedule int64[L-1], levels/sizes/per_value int64[ntables],\n"
+             "k0/k1 int64[sum sizes] (key words), out float64 (zeroed): table t as [B, W, cells_t, C_t] one after\n"
+             "the other (cells_t = 1 if per_value[t] else segments), counts int64[B*W*segments] (zeroed).");
 
 static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
-    Py_buffer ids, lengths, schedule, levels, sizes, k0, k1, out, counts;
-    Py_ssize_t B, T, h, vocab, segments;
+    Py_buffer ids, lengths, schedule, levels, sizes, per_value, k0, k1, out, counts;
+    Py_ssize_t B, T, h, vocab, segments, windows, stride;
     unsigned long long pk0, pk1;
     int nthreads;
-    Py_ssize_t stride = 0;
-    if (!PyArg_ParseTuple(args, "y*y*nnnny*nKKy*y*y*y*w*w*i|n", &ids, &lengths, &B, &T, &h, &vocab, &schedule,
-                          &segments, &pk0, &pk1, &levels, &sizes, &k0, &k1, &out, &counts, &nthreads, &stride))
+    if (!PyArg_ParseTuple(args, "y*y*nnnny*nnKKy*y*y*y*y*w*w*in", &ids, &lengths, &B, &T, &h, &vocab, &schedule,
+                          &segments, &windows, &pk0, &pk1, &levels, &sizes, &per_value, &k0, &k1, &out, &counts,
+                          &nthreads, &stride))
         return NULL;
     PyObject *result = NULL;
-    int64_t *tok_row = NULL, *tok_pos = NULL, *seg = NULL, *table = NULL;
-    double *ev = NULL;
-    int64_t nsched = schedule.len / 8, ntables = levels.len / 8, ctot = 0;
-    if (B < 0 || T < 0 || h < 1 || h > 16 || vocab < 1 || segments < 1 || nsched > 62 || stride < 0) {
+    int64_t *tok_row = NULL, *tok_pos = NULL, *seg = NULL, *win = NULL, *path = NULL, *table = NULL;
+    int64_t *row_start = NULL, *koff = NULL, *ooff = NULL, *first = NULL;
+    uint64_t *msg = NULL;
+    int64_t nsched = schedule.len / 8, ntables = levels.len / 8, ctot = 0, ocells = 0;
+    if (B < 0 || T < 0 || h < 1 || h > 16 || vocab < 1 || segments < 1 || windows < 1 || nsched > 62 ||
+        stride < 0) {
         PyErr_SetString(PyExc_ValueError, "bad shape or parameter");
         goto done;
     }
     if (!check_len(&ids, B * T * 8, "ids") || !check_len(&lengths, B * 8, "lengths") ||
-        !check_len(&sizes, ntables * 8, "sizes"))
+        !check_len(&sizes, ntables * 8, "sizes") || !check_len(&per_value, ntables * 8, "per_value"))
         goto done;
+    koff = malloc((size_t)(ntables + 1) * sizeof(int64_t));
+    ooff = malloc((size_t)(ntables + 1) * sizeof(int64_t));
+    first = malloc((size_t)(ntables + 1) * sizeof(int64_t));
+    if (!koff || !ooff || !first) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t SLICE = 256; /* candidates per work item */
+    first[0] = 0;
     for (int64_t t = 0; t < ntables; t++) {
         int64_t lv = ((const int64_t *)levels.buf)[t], c = ((const int64_t *)sizes.buf)[t];
+        int64_t pv = ((const int64_t *)per_value.buf)[t];
         if (lv < 1 || lv > nsched + 1 || c < 0) {
             PyErr_SetString(PyExc_ValueError, "table level outside 1..L or negative size");
             goto done;
         }
+        koff[t] = ctot;
+        ooff[t] = ocells;
         ctot += c;
+        ocells += B * windows * (pv ? 1 : segments) * c;
+        first[t + 1] = first[t] + (c + SLICE - 1) / SLICE;
     }
     for (int64_t l = 0; l < nsched; l++)
         if (((const int64_t *)schedule.buf)[l] < 1) {
             PyErr_SetString(PyExc_ValueError, "schedule entries must be >= 1");
             goto done;
         }
-    if (!check_len(&k0, ctot * 8, "k0") || !check_len(&k1, ctot * 8, "k1") ||
-        !check_len(&out, B * segments * ctot * 8, "out") || !check_len(&counts, B * segments * 8, "counts"))
+    if (!check_len(&k0, ctot * 8, "k0") || !check_len(&k1, ctot * 8, "k1") || !check_len(&out, ocells * 8, "out") ||
+        !check_len(&counts, B * windows * segments * 8, "counts"))
         goto done;
     {
         const int64_t *pids = ids.buf, *plen = lengths.buf;
         int64_t maxn = B * (T > h ? T - h : 0), cap = 2;
+        int nwords = (int)(h / 2 + 1);
         while (cap < 2 * (T > h ? T - h : 1)) cap <<= 1;
         tok_row = malloc((size_t)(maxn + 1) * sizeof(int64_t));
         tok_pos = malloc((size_t)(maxn + 1) * sizeof(int64_t));
         seg = malloc((size_t)(maxn + 1) * sizeof(int64_t));
-        ev = malloc((size_t)(maxn * ctot + 1) * sizeof(double));
+        win = malloc((size_t)(maxn + 1) * sizeof(int64_t));
+        path = malloc((size_t)(maxn * (nsched + 1) + 1) * sizeof(int64_t));
+        msg = malloc((size_t)(maxn * nwords + 1) * sizeof(uint64_t));
+        row_start = malloc((size_t)(B + 1) * sizeof(int64_t));
         table = malloc((size_t)cap * sizeof(int64_t));
-        if (!tok_row || !tok_pos || !seg || !ev || !table) {
+        if (!tok_row || !tok_pos || !seg || !win || !path || !msg || !row_start || !table) {
             PyErr_NoMemory();
             goto done;
         }
-        Work w = {pids, T, h, vocab, segments, nsched, ntables, ctot, schedule.buf, levels.buf, sizes.buf,
-                  stride, k0.buf, k1.buf, (uint64_t)pk0, (uint64_t)pk1, tok_row, tok_pos, seg, ev};
+        Work w = {pids, B, T, h, vocab, segments, windows, nsched, ntables, schedule.buf, levels.buf, sizes.buf,
+                  per_value.buf, stride, k0.buf, k1.buf, koff, (uint64_t)pk0, (uint64_t)pk1, 0, tok_row, tok_pos,
+                  row_start, seg, win, path, msg, nwords, out.buf, ooff, SLICE, 0, first, 0};
         int64_t n;
         Py_BEGIN_ALLOW_THREADS
         n = select_tokens(pids, plen, B, T, h, tok_row, tok_pos, table, cap);
         if (n < 0) goto unlock;
-        int nt = nthreads < 1 ? 1 : (nthreads > 64 ? 64 : nthreads);
-        if ((int64_t)nt * 64 > n) nt = (int)(n / 64) > 0 ? (int)(n / 64) : 1;
-#if HERO_THREADS
-        if (nt > 1) {
-            pthread_t th[64];
-            Slice sl[64];
-            int started[64] = {0};
-            for (int i = 0; i < nt; i++) {
-                sl[i].w = &w;
-                sl[i].lo = n * i / nt;
-                sl[i].hi = n * (i + 1) / nt;
-                if (i > 0) started[i] = pthread_create(&th[i], NULL, slice_main, &sl[i]) == 0;
-            }
-            score_tokens(&w, sl[0].lo, sl[0].hi);
-            for (int i = 1; i < nt; i++) {
-                if (started[i])
-                    pthread_join(th[i], NULL);
-                else
-                    score_tokens(&w, sl[i].lo, sl[i].hi);
-            }
-        } else
-#endif
-            score_tokens(&w, 0, n);
-        /* sequential accumulation in token order: deterministic, same order as the reference */
-        double *po = out.buf;
-        int64_t *pc = counts.buf;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t cell = tok_row[i] * segments + seg[i];
-            pc[cell] += 1;
-            double *dst = po + cell * ctot;
-            const double *src = ev + i * ctot;
-            for (int64_t c = 0; c < ctot; c++) dst[c] += src[c];
+        w.n = n;
+        for (int64_t r = 0, i = 0; r <= B; r++) {
+            while (i < n && tok_row[i] < r) i++;
+            row_start[r] = i;
         }
+        int nt = nthreads < 1 ? 1 : (nthreads > 64 ? 64 : nthreads);
+        int nt2 = (int64_t)nt * 64 > n ? ((int)(n / 64) > 0 ? (int)(n / 64) : 1) : nt;
+        parallel(&w, 2, nt2);
+        w.nitems = B * first[ntables];
+        int nt3 = w.nitems < nt ? (int)(w.nitems > 0 ? w.nitems : 1) : nt;
+        if (n * ctot < 4096) nt3 = 1; /* tiny problems: thread start-up costs more than the work */
+        parallel(&w, 3, nt3);
+        int64_t *pc = counts.buf;
+        for (int64_t i = 0; i < n; i++) pc[(tok_row[i] * windows + win[i]) * segments + seg[i]] += 1;
     unlock:
         Py_END_ALLOW_THREADS
         if (n < 0)
@@ -416,13 +484,20 @@ done:
     free(tok_row);
     free(tok_pos);
     free(seg);
-    free(ev);
+    free(win);
+    free(path);
+    free(msg);
+    free(row_start);
     free(table);
+    free(koff);
+    free(ooff);
+    free(first);
     PyBuffer_Release(&ids);
     PyBuffer_Release(&lengths);
     PyBuffer_Release(&schedule);
     PyBuffer_Release(&levels);
     PyBuffer_Release(&sizes);
+    PyBuffer_Release(&per_value);
     PyBuffer_Release(&k0);
     PyBuffer_Release(&k1);
     PyBuffer_Release(&out);
@@ -518,6 +593,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hero_kernels",
 
 PyMODINIT_FUNC PyInit__hero_kernels(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 1);
+    if (m) PyModule_AddIntConstant(m, "ABI", 2);
     return m;
 }

@@ -1,7 +1,8 @@
-"""Regenerates tests/vectors/hero_v1.json from the pure-Python reference.
+"""Regenerates tests/vectors/hero_v1.json and hero_v2.json from the pure-Python reference.
 
-The file is frozen: once released, a change to any value is a breaking change of the spec
-(docs/spec.md). Run only to add new vectors: `python tests/vectors/make_vectors.py`.
+The files are frozen: once released, a change to any value is a breaking change of the spec
+(docs/spec.md). Run only to add new vectors: `python tests/vectors/make_vectors.py [v1|v2]`.
+Key derivations use `cryptography`'s HKDF directly (not the engine's helper) so the vectors check it.
 """
 
 from __future__ import annotations
@@ -9,12 +10,18 @@ from __future__ import annotations
 import json
 import math
 import random
+import struct
+import sys
 from pathlib import Path
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from verifier.engine import reference as R
 from verifier.engine.keys import entry_key, position_key
 
 OUT = Path(__file__).with_name("hero_v1.json")
+OUT_V2 = Path(__file__).with_name("hero_v2.json")
 
 
 def hexb(b: bytes) -> str:
@@ -158,5 +165,76 @@ def main() -> None:
     print(f"wrote {OUT}")
 
 
+def hkdf16(master: bytes, salt: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=16, salt=salt, info=info).derive(master)
+
+
+def v2_table(master: bytes, level: int, key_bits: int, per_value: bool) -> list[bytes]:
+    label = b"hero/v2/value" if per_value else b"hero/v2/table"
+    return [hkdf16(master, b"HeRo-watermark-v2", label + struct.pack(">BI", level, a)) for a in range(1 << key_bits)]
+
+
+def main_v2() -> None:
+    """Spec v2 (docs/spec.md sections 11-14): key derivation, window scores, one generation step."""
+    rng = random.Random(20261126)
+    rb = lambda n: bytes(rng.randrange(256) for _ in range(n))  # noqa: E731
+    v: dict = {"spec_version": 2}
+    v["hkdf"] = []
+    for level, value, per_value in [(1, 0, False), (1, 3, False), (2, 0, True), (2, 4095, True), (3, 77, True)]:
+        master = rb(32)
+        label = b"hero/v2/value" if per_value else b"hero/v2/table"
+        v["hkdf"].append({"master": hexb(master), "level": level, "value": value, "per_value": per_value,
+                          "entry_key": hexb(hkdf16(master, b"HeRo-watermark-v2",
+                                                   label + struct.pack(">BI", level, value))),
+                          "position_key": hexb(hkdf16(master, b"HeRo-watermark-v2", b"hero/v2/position"))})
+    v["decode"] = []
+    # (vocab, schedule, bits per level, segments, h, windows, per-value flags, stride)
+    for vocab, sched, bits, segs, h, windows, flags, stride in [
+        (49152, [80], [2, 2], 3, 4, 8, [False, True], 0),  # default shape, 6-bit private value
+        (49152, [20], [2, 4], 2, 3, 8, [False, True], 20),  # 8-bit private value, interleaved routing
+        (500, [5, 3], [1, 1, 2], 3, 2, 3, [False, True, True], 0),
+    ]:
+        ids = [rng.randrange(vocab) for _ in range(60)]
+        ids += ids[10:18]  # repeated contexts must be skipped
+        pos = rb(16)
+        tables = [(lv + 1, [rb(16) for _ in range(1 << (b * segs if pv else b))], pv)
+                  for lv, (b, pv) in enumerate(zip(bits, flags, strict=True))]
+        scores, counts = R.window_scores(ids, h, vocab, sched, segs, pos, tables, stride, windows)
+        v["decode"].append({"vocab_size": vocab, "schedule": sched, "segments": segs, "context_width": h,
+                            "windows": windows, "stride": stride, "ids": ids, "position_key": hexb(pos),
+                            "tables": [{"level": lv, "per_value": pv, "keys": [hexb(k) for k in ks]}
+                                       for lv, ks, pv in tables],
+                            "scores": scores, "counts": counts, "scored_positions": R.scored_positions(ids, h)})
+    # One generation step from master secrets: position segment, per-value key of the whole value.
+    v["sample"] = []
+    for vocab, sched, bits, segs in [(64, [4], [2, 3], 3), (200, [20], [2, 4], 2)]:
+        for _ in range(3):
+            masters = [rb(32) for _ in bits]
+            flags = [False] + [True] * (len(bits) - 1)
+            tabs = [v2_table(m, lv + 1, b * segs if pv else b, pv)
+                    for lv, (m, b, pv) in enumerate(zip(masters, bits, flags, strict=True))]
+            pos = hkdf16(masters[0], b"HeRo-watermark-v2", b"hero/v2/position")
+            values = [rng.randrange(1 << (b * segs)) for b in bits]
+            ctx = [rng.randrange(vocab) for _ in range(4)]
+            k = R.position(R.prf_seed(pos, ctx), segs)
+            level_keys = []
+            for (b, pv, tab, val) in zip(bits, flags, tabs, values, strict=True):
+                entry = val if pv else (val >> (b * (segs - 1 - k))) & ((1 << b) - 1)
+                level_keys.append(tab[entry])
+            logits = [rng.gauss(0, 2) for _ in range(vocab)]
+            m = max(logits)
+            z = sum(math.exp(x - m) for x in logits)
+            probs = [math.exp(x - m) / z for x in logits]
+            v["sample"].append({"vocab_size": vocab, "schedule": sched, "bits": bits, "segments": segs,
+                                "masters": [hexb(x) for x in masters], "values": values, "context": ctx,
+                                "logits": logits, "segment": k, "token": R.hero_sample(probs, sched, level_keys, ctx)})
+    OUT_V2.write_text(json.dumps(v, indent=1) + "\n")
+    print(f"wrote {OUT_V2}")
+
+
 if __name__ == "__main__":
-    main()
+    which = sys.argv[1:] or ["v1", "v2"]
+    if "v1" in which:
+        main()
+    if "v2" in which:
+        main_v2()

@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     d.add_argument("--reps", type=int, default=20)
     d.add_argument("--torch-reps", type=int, default=3, help="repetitions of the (slow) torch path; 0 = skip")
+    d.add_argument("--profile", default="default", help="profile name (default = spec v2; v1) or YAML path")
+    d.add_argument("--levels", type=int, default=0,
+                   help="levels decoded: 1 = moderator (public level), 0 = all levels (auditor)")
     d.set_defaults(handler=cmd_decode)
     g = bsub.add_parser("generate", help="watermark overhead in model.generate over plain sampling")
     g.add_argument("--batch", type=int, default=1)
@@ -54,43 +57,51 @@ def timed(fn: Callable[[], object], reps: int, warmup: int = 1, sync: bool = Fal
     return out
 
 
-def decode_problem(batch: int, tokens: int, device: str = "cpu", seed: int = 0):
-    """Random ids for the default profile (HeRo^2(2,2), 24 bits) and fresh level-1/level-2 tables."""
+def decode_problem(batch: int, tokens: int, device: str = "cpu", seed: int = 0, profile=None, levels: int = 0):
+    """Random ids for `profile` (default: the shipped default) and fresh tables for levels 1..levels."""
     from gpu import prf
-    from gpu.evidence import LevelKeys
-    from verifier.engine.keys import derive_table, new_master_secret
+    from gpu.scoring import LevelKeys, ScoringSpec
+    from verifier.engine.keys import derive_level_table, new_master_secret
     from verifier.engine.profile import default_profile
 
-    profile = default_profile()
+    profile = profile or default_profile()
+    levels = levels or profile.depth
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, profile.vocab_size, (batch, tokens), generator=gen).to(device)
     lengths = torch.full((batch,), tokens, dtype=torch.int64, device=device)
-    tables = [derive_table(new_master_secret(), lv, profile.levels[lv - 1].bits, "bench") for lv in (1, 2)]
+    tables = [derive_level_table(new_master_secret(), profile, lv, "bench") for lv in range(1, levels + 1)]
     pk = prf.key_words([tables[0].position], device)
     kwargs = dict(
-        context_width=profile.context_width,
-        vocab_size=profile.vocab_size,
-        schedule=profile.schedule,
-        segments=profile.segments,
+        spec=ScoringSpec(profile.context_width, profile.vocab_size, profile.schedule, profile.segments,
+                         profile.routing_stride, profile.windows),
         position_key=(pk[0][0], pk[1][0]),
-        tables=[LevelKeys(t.level, *prf.key_words(list(t.entries), device)) for t in tables],
+        tables=[
+            LevelKeys(t.level, *prf.key_words(list(t.entries), device), per_value=profile.levels[t.level - 1].per_value)
+            for t in tables
+        ],
     )
     return profile, ids, lengths, kwargs
 
 
-def decode_figures(batch: int, tokens: int, device: str = "cpu", reps: int = 20, torch_reps: int = 3) -> dict:
-    """Tokens/s of the evidence kernel (all levels at once) on the selected fast path and on torch."""
+def decode_figures(batch: int, tokens: int, device: str = "cpu", reps: int = 20, torch_reps: int = 3,
+                   profile=None, levels: int = 0) -> dict:
+    """Tokens/s of the evidence kernel (levels 1..levels at once) on the selected fast path and on torch."""
     from gpu.evidence import segment_scores, select_backend
 
-    profile, ids, lengths, kwargs = decode_problem(batch, tokens, device)
+    profile, ids, lengths, kwargs = decode_problem(batch, tokens, device, profile=profile, levels=levels)
     sync = device == "cuda"
     backend = select_backend(device)
     n = batch * tokens
     fast = timed(lambda: segment_scores(ids, lengths, **kwargs), reps, warmup=2, sync=sync)
     out = {
         "bench": "decode",
-        "profile": profile.label(),
+        "profile": profile.name,
+        "spec_version": profile.spec_version,
+        "label": profile.label(),
+        "levels": len(kwargs["tables"]),
+        "candidates": [t.candidates for t in kwargs["tables"]],
         "device": device,
+        "device_name": torch.cuda.get_device_name() if sync else None,
         "backend": backend,
         "threads": torch.get_num_threads(),
         "batch": batch,
@@ -110,17 +121,19 @@ def decode_figures(batch: int, tokens: int, device: str = "cpu", reps: int = 20,
 def sampler_figures(vocab: int, batch: int = 1, reps: int = 50, device: str = "cpu") -> dict:
     """One HeroSampler.sample step (positions, seeds, routing, Gumbel-max) vs softmax + multinomial."""
     from gpu.sampler import HeroSampler
-    from verifier.engine.keys import derive_table, new_master_secret
+    from verifier.engine.keys import derive_level_table, new_master_secret
     from verifier.engine.profile import make_profile
 
-    profile = make_profile((2, 2), 24, vocab)
-    tables = [derive_table(new_master_secret(), lv, 2, "bench") for lv in (1, 2)]
+    profile = make_profile((2, 2), 24, vocab, spec_version=2)
+    tables = [derive_level_table(new_master_secret(), profile, lv, "bench") for lv in (1, 2)]
     sampler = HeroSampler(profile.schedule, profile.segments, [list(t.entries) for t in tables],
                           tables[0].position, device)
     gen = torch.Generator().manual_seed(0)
     logits = (torch.randn(batch, vocab, generator=gen) * 3).to(device)
     context = torch.randint(0, vocab, (batch, profile.context_width), generator=gen).to(device)
-    payload = torch.randint(0, 4, (batch, profile.segments, 2), generator=gen).to(device)
+    payload = torch.randint(0, 4, (batch, profile.segments, 2), generator=gen)
+    payload[:, :, 1] = torch.randint(0, 4096, (batch, 1), generator=gen)  # level 2: one whole 12-bit value
+    payload = payload.to(device)
     sync = device == "cuda"
     hero = timed(lambda: sampler.sample(logits, context, payload), reps, warmup=3, sync=sync)
     plain = timed(lambda: torch.multinomial(torch.softmax(logits, -1), 1), reps, warmup=3, sync=sync)
@@ -136,14 +149,13 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
     on a shared machine hits both alike. overhead_pct compares medians.
     """
     from verifier.engine.generation import generate_watermarked
-    from verifier.engine.keys import KeySet, derive_table, new_master_secret
+    from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
     from verifier.engine.models import load_model
     from verifier.engine.profile import default_profile
 
     model, tokenizer = load_model(model_name, device)
     profile = default_profile()
-    keyset = KeySet(tuple(derive_table(new_master_secret(), lv, profile.levels[lv - 1].bits, "bench")
-                          for lv in (1, 2)))
+    keyset = KeySet(tuple(derive_level_table(new_master_secret(), profile, lv, "bench") for lv in (1, 2)))
     prompts = [f"Write a short story about item number {i}." for i in range(batch)]
     payloads = [{"model": i % 4096, "user": (7 * i) % 4096} for i in range(batch)]
 
@@ -199,8 +211,14 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def cmd_decode(args: argparse.Namespace) -> None:
+    from verifier.cli.common import resolve_profile
+
     _check(args)
-    emit(decode_figures(args.batch, args.tokens, args.device, max(1, args.reps), max(0, args.torch_reps)))
+    profile = resolve_profile(args.profile)
+    if not 0 <= args.levels <= profile.depth:
+        raise ValueError(f"--levels must be in 0..{profile.depth}")
+    emit(decode_figures(args.batch, args.tokens, args.device, max(1, args.reps), max(0, args.torch_reps),
+                        profile, args.levels))
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

@@ -1,26 +1,26 @@
-"""HeRo decoder: token ids (or text) -> per-level fields, confidences and calibrated p-values.
+"""HeRo decoder: token ids (or text) -> per level a status, the supported value, calibrated p-values.
 
 Only the key tables handed in are used, so a caller holding level-1 tables learns nothing about
 level 2 (its evidence is never computed). Each level may come with several key versions (rotation);
 the best-matching version is reported with its p-value Bonferroni-corrected for the versions tried.
+What a level releases (decoded / absent / mixed / undecodable) is decided in engine/attribution.py.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
-from scipy import integrate
-from scipy import stats as sps
 
 from gpu import prf
-from gpu.evidence import LevelKeys, segment_scores
-from verifier.engine import stats
+from gpu.evidence import segment_scores
+from gpu.scoring import LevelKeys, ScoringSpec
+from verifier.engine import reference, stats
+from verifier.engine.attribution import LevelEvidence, decide
 from verifier.engine.keys import KeyTable
-from verifier.engine.payload import decode_fields
+from verifier.engine.payload import value_fields
 from verifier.engine.profile import Profile
 
 DEFAULT_ALPHA = 1e-4
@@ -35,15 +35,17 @@ class LevelResult:
     level: int
     key_version: str | None
     fields: dict[str, int | None]
-    confidence: float
+    confidence: float  # probability that the released value is exactly right (0.0 when none is released)
     p_value: float
     log10_p_value: float
     bit_confidence: list[float | None]
     segment_tokens: list[int]
     undecoded_segments: list[int]
     versions_tried: int
-    status: str = "decoded"  # decoded | undecodable
+    status: str = "decoded"  # decoded | absent | mixed | undecodable
     reason: str | None = None
+    candidates: list[dict] | None = None  # mixed: [{"fields", "p_value", "tokens"}], best first
+    spans: list[dict] | None = None  # mixed: [{"start", "end", "fields"}] token positions, end exclusive
 
 
 @dataclass
@@ -54,6 +56,8 @@ class DecodeResult:
     key_version: str | None
     tokens_scored: int
     levels: list[LevelResult] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    spec_version: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,7 +68,7 @@ def _log10(log_p: float) -> float:
 
 
 def _level_log_p(scores: torch.Tensor, counts: torch.Tensor, candidates: int) -> float:
-    """Fisher combination over segments with tokens of each segment's max-of-Gamma p-value."""
+    """Fisher combination over segments with tokens of each segment's max-of-Gamma p-value (whole text)."""
     logs = []
     for k in range(scores.shape[0]):
         n = int(counts[k])
@@ -75,31 +79,13 @@ def _level_log_p(scores: torch.Tensor, counts: torch.Tensor, candidates: int) ->
     return stats.log_fisher(logs)
 
 
-@functools.lru_cache(maxsize=16)
-def _expected_max_normal(m: int) -> float:
-    """E[max of m iid N(0,1)], to remove the winner's selection bias from the rate estimate."""
-    if m <= 1:
-        return 0.0
-    f = lambda x: x * m * sps.norm.pdf(x) * sps.norm.cdf(x) ** (m - 1)  # noqa: E731
-    return float(integrate.quad(f, -12, 12)[0])
-
-
-def _posteriors(scores: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Plug-in posterior over candidates per segment [K, C].
-
-    Model: the true candidate's evidence is Exp(rate r < 1), the others Exp(1), so the likelihood
-    ratio of candidate a is exp((1 - r) S_a). r is estimated from the winners' excess over what the
-    maximum of C null Gamma(n_k, 1) scores would be (~ n_k + sqrt(n_k) E[max of C normals]); with
-    no excess the posterior is flat, so unmarked text gets bit confidences near 1/2.
-    """
-    live = counts > 0
-    n = float(counts[live].sum())
-    if n == 0:
-        return torch.full_like(scores, 1.0 / scores.shape[1])
-    bias = _expected_max_normal(scores.shape[1]) * float(counts[live].double().sqrt().sum())
-    signal = float(scores.max(dim=1).values[live].sum()) - bias
-    rate = min(1.0, max(0.05, n / signal)) if signal > 0 else 1.0
-    return torch.softmax((1.0 - rate) * scores, dim=1)
+def _flags(levels: list[LevelResult]) -> list[str]:
+    flags = []
+    if levels[0].status == "decoded" and any(lv.status == "absent" for lv in levels[1:]):
+        flags.append("inconsistent-levels")  # e.g. made by someone holding only level-1 keys, or edited
+    if any(lv.status == "mixed" for lv in levels):
+        flags.append("mixed-sources")
+    return flags
 
 
 class Decoder:
@@ -121,6 +107,10 @@ class Decoder:
             raise DecodeError(f"key tables must cover levels 1..n without gaps, got {levels}")
         if levels[-1] > profile.depth:
             raise DecodeError(f"profile {profile.name!r} has {profile.depth} levels, got tables for {levels[-1]}")
+        for lv, ts in tables.items():
+            want = 1 << profile.levels[lv - 1].key_bits
+            if any(len(t.entries) != want for t in ts):
+                raise DecodeError(f"level {lv} key tables must hold {want} keys under profile {profile.name!r}")
         self.profile = profile
         self.tables = {lv: list(ts) for lv, ts in tables.items()}
         self.alpha = alpha
@@ -152,19 +142,17 @@ class Decoder:
 
     # -- decoding ---------------------------------------------------------------------------
     def _scores(self, ids, lengths, pos_version: str, level_tables: list[tuple[int, KeyTable]]):
+        """Window scores [B, W, cells, C] (CPU) per table and counts [B, W, K] under one position key."""
         pk = prf.key_words([self._position_key(pos_version)], self.device)
-        lk = [LevelKeys(lv, *self._words[(lv, t.version)]) for lv, t in level_tables]
-        return segment_scores(
-            ids,
-            lengths,
-            context_width=self.profile.context_width,
-            vocab_size=self.profile.vocab_size,
-            schedule=self.profile.schedule,
-            segments=self.profile.segments,
-            position_key=(pk[0][0], pk[1][0]),
-            tables=lk,
-            stride=self.profile.routing_stride,
-        )
+        prof = self.profile
+        lk = [
+            LevelKeys(lv, *self._words[(lv, t.version)], per_value=prof.levels[lv - 1].per_value)
+            for lv, t in level_tables
+        ]
+        spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride,
+                           prof.windows)
+        scores, counts = segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), lk)
+        return [s.cpu() for s in scores], counts.cpu()
 
     def _position_key(self, version: str) -> bytes:
         for t in self.tables[1]:
@@ -173,50 +161,51 @@ class Decoder:
                 return t.position
         raise DecodeError(f"unknown level-1 version {version}")
 
+    def _best_version(self, lv: int, per_version: list[tuple[KeyTable, torch.Tensor, torch.Tensor]]):
+        """(table, window scores, counts) of the key version with the smallest whole-text level p-value."""
+        per_value = self.profile.levels[lv - 1].per_value
+        best = None
+        for t, sc, counts in per_version:
+            seg_counts = counts.sum(0)
+            n = seg_counts.sum().view(1) if per_value else seg_counts
+            lp = _level_log_p(sc.sum(0), n, len(t.entries))
+            if best is None or lp < best[0]:
+                best = (lp, t, sc, counts)
+        assert best is not None
+        return best[1:]
+
     def decode_ids(self, batch: Sequence[Sequence[int]]) -> list[DecodeResult]:
         if not batch:
             return []
         ids, lengths = self.pad(batch)
-        nb = ids.shape[0]
         # Level 1 decides the position key: score every level-1 version with its own positions.
-        l1 = self.tables[1]
-        per_v1 = []
-        for t in l1:
-            (sc,), counts = self._scores(ids, lengths, t.version, [(1, t)])
-            per_v1.append((t, sc, counts))
-        results: list[DecodeResult] = []
-        chosen_v1: list[tuple[KeyTable, torch.Tensor, torch.Tensor, float]] = []
-        for i in range(nb):
-            best = None
-            for t, sc, counts in per_v1:
-                lp = _level_log_p(sc[i], counts[i], len(t.entries))
-                if best is None or lp < best[3]:
-                    best = (t, sc[i], counts[i], lp)
-            chosen_v1.append(best)  # type: ignore[arg-type]
+        per_v1 = {t.version: self._scores(ids, lengths, t.version, [(1, t)]) for t in self.tables[1]}
+        chosen = [
+            self._best_version(1, [(t, per_v1[t.version][0][0][i], per_v1[t.version][1][i]) for t in self.tables[1]])
+            for i in range(ids.shape[0])
+        ]
         deeper = [lv for lv in sorted(self.tables) if lv > 1]
-        deep_scores: dict[str, tuple[list[torch.Tensor], torch.Tensor]] = {}
-        if deeper:
-            for v1 in {c[0].version for c in chosen_v1}:
-                lts = [(lv, t) for lv in deeper for t in self.tables[lv]]
-                deep_scores[v1] = self._scores(ids, lengths, v1, lts)
-        for i in range(nb):
-            t1, sc1, counts, lp1 = chosen_v1[i]
-            lp1 = stats.log_bonferroni(lp1, len(l1))
-            levels = [self._level_result(1, t1, sc1, counts, lp1, len(l1))]
-            if deeper:
-                scs, _ = deep_scores[t1.version]
-                j = 0
-                for lv in deeper:
-                    best = None
-                    for t in self.tables[lv]:
-                        s = scs[j][i]
-                        j += 1
-                        lp = _level_log_p(s, counts, len(t.entries))
-                        if best is None or lp < best[2]:
-                            best = (t, s, lp)
-                    assert best is not None
-                    lp = stats.log_bonferroni(best[2], len(self.tables[lv]))
-                    levels.append(self._level_result(lv, best[0], best[1], counts, lp, len(self.tables[lv])))
+        lts = [(lv, t) for lv in deeper for t in self.tables[lv]]
+        deep = {v: self._scores(ids, lengths, v, lts)[0] for v in {c[0].version for c in chosen}} if deeper else {}
+        results = []
+        for i, (t1, sc1, counts) in enumerate(chosen):
+            levels = [self._level_result(1, t1, sc1, counts, batch[i])]
+            j = 0
+            for lv in deeper:
+                per_version = []
+                for t in self.tables[lv]:
+                    per_version.append((t, deep[t1.version][j][i], counts))
+                    j += 1
+                t, sc, _ = self._best_version(lv, per_version)
+                levels.append(self._level_result(lv, t, sc, counts, batch[i]))
+            if levels[0].status == "undecodable" and levels[0].level in self.unavailable:
+                # Deeper levels hang on level 1's position key: without the version that made the text,
+                # their values are meaningless (their evidence stays in p_value).
+                for lv in levels[1:]:
+                    lv.status, lv.fields = "undecodable", dict.fromkeys(lv.fields)
+                    lv.candidates = lv.spans = None
+                    lv.confidence = 0.0
+                    lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
             log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
             n_scored = int(counts.sum())
             results.append(
@@ -227,49 +216,56 @@ class Decoder:
                     key_version=t1.version,
                     tokens_scored=n_scored,
                     levels=levels,
+                    flags=_flags(levels),
+                    spec_version=self.profile.spec_version,
                 )
             )
         return results
 
     def _level_result(
-        self, level: int, table: KeyTable, scores: torch.Tensor, counts: torch.Tensor, log_p: float, tried: int
+        self, level: int, table: KeyTable, scores: torch.Tensor, counts: torch.Tensor, ids: Sequence[int]
     ) -> LevelResult:
         prof = self.profile
-        b = prof.levels[level - 1].bits
-        post = _posteriors(scores, counts)
-        values: list[int | None] = []
-        bit_conf: list[float | None] = []
-        conf = 1.0
-        for k in range(prof.segments):
-            if int(counts[k]) == 0:
-                values.append(None)
-                bit_conf.extend([None] * b)
-                continue
-            v = int(scores[k].argmax())
-            values.append(v)
-            conf *= float(post[k, v])
-            cand = torch.arange(post.shape[1])
-            for i in range(b - 1, -1, -1):
-                agree = ((cand >> i) & 1) == ((v >> i) & 1)
-                bit_conf.append(float(post[k][agree].sum()))
-        undecoded = [k for k, v in enumerate(values) if v is None]
-        status, reason = "decoded", None
-        if len(undecoded) == prof.segments:
-            conf = 0.0
-            status, reason = "undecodable", "no scored tokens (text too short or fully repetitive)"
-        if level in self.unavailable and stats.to_p(log_p) > self.alpha:
-            reason = self.unavailable[level]
+        lv = prof.levels[level - 1]
+        tried = len(self.tables[level])
+        ev = LevelEvidence(scores, counts, lv.per_value, tried)
+        att = decide(ev, self.alpha, lv.key_bits)
+        seg_counts = [int(c) for c in counts.sum(0)]
+        undecoded = [k for k, c in enumerate(seg_counts) if c == 0] if not lv.per_value else []
+        status, reason = att.status, att.reason
+        if level in self.unavailable and status == "absent":
+            # no evidence under the versions still held, and the ones that are gone may have made the text
+            status, reason = "undecodable", self.unavailable[level]
+        positions = None
+        if att.spans:
+            positions = reference.scored_positions(list(ids), prof.context_width)
         return LevelResult(
             level=level,
             key_version=table.version,
-            fields=decode_fields(prof, level, values),
-            confidence=conf,
-            p_value=stats.to_p(log_p),
-            log10_p_value=_log10(log_p),
-            bit_confidence=bit_conf,
-            segment_tokens=[int(c) for c in counts],
+            fields=value_fields(prof, level, att.value if att.status == "decoded" else None),
+            confidence=att.confidence,
+            p_value=stats.to_p(att.log_p),
+            log10_p_value=_log10(att.log_p),
+            bit_confidence=att.bit_confidence or [None] * lv.value_bits,
+            segment_tokens=seg_counts,
             undecoded_segments=undecoded,
             versions_tried=tried,
             status=status,
             reason=reason,
+            candidates=[
+                {"fields": value_fields(prof, level, c.value), "p_value": stats.to_p(c.log_p), "tokens": c.tokens}
+                for c in att.candidates
+            ]
+            if att.status == "mixed"
+            else None,
+            spans=[
+                {
+                    "start": positions[sp.start],
+                    "end": positions[sp.end - 1] + 1,
+                    "fields": value_fields(prof, level, sp.value),
+                }
+                for sp in att.spans
+            ]
+            if positions
+            else None,
         )

@@ -4,7 +4,9 @@ HF applies its own temperature/top-k/top-p warpers *after* user processors, so t
 the warpers, applies them first, draws the token with the HeRo sampler and returns a one-hot score
 row (0 at the chosen id, -inf elsewhere). Any later warper leaves a one-hot row unchanged and HF's
 multinomial then returns exactly our token. Repeated h-gram contexts (inside the continuation) are
-sampled without watermark from the same warped distribution, as the decoder skips them.
+sampled without watermark from the same warped distribution, as the decoder skips them. Under spec v2
+the first h generated tokens (whose contexts touch the prompt, which a verifier never sees) are also
+drawn with fresh randomness: one key and prompt then no longer fix the opening of every response.
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ class HeroLogitsProcessor(LogitsProcessor):
         context = input_ids[:, -h:].to(self.device)
         generated = s - self.prompt_length
         mark = torch.ones(b, dtype=torch.bool)
-        if generated >= h:  # context lies inside the continuation: the decoder sees it too
+        if generated < h and self.profile.spec_version >= 2:
+            mark[:] = False  # spec v2: contexts touching the prompt are never scored, so never marked
+        elif generated >= h:  # context lies inside the continuation: the decoder sees it too
             for i, row in enumerate(context.tolist()):
                 key = tuple(row)
                 if key in self.seen[i]:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from verifier.engine.keys import KeySet, KeyTable, derive_table, new_master_secret
+from verifier.engine.keys import KeySet, KeyTable, derive_level_table, new_master_secret
 from verifier.engine.profile import Profile
 
 USABLE_FOR_DECODING = ("active", "verify-only")
@@ -120,7 +120,7 @@ class FileKeyStore:
 
     def _table(self, profile: Profile, level: int, row: dict) -> KeyTable:
         secret = base64.b64decode(row["secret"])
-        return derive_table(secret, level, profile.levels[level - 1].bits, row["version"])
+        return derive_level_table(secret, profile, level, row["version"])
 
     def active_keyset(self, profile: Profile) -> KeySet:
         levels = self._levels(profile)

@@ -1,7 +1,8 @@
 """Named payload fields <-> per-segment level values m_k^(l).
 
 Level l carries K*b_l bits: its fields concatenated, first field most significant. Segment k holds bits
-[k*b_l, (k+1)*b_l) of that string (segment 0 = most significant).
+[k*b_l, (k+1)*b_l) of that string (segment 0 = most significant). A per-value level (spec v2) is keyed
+by its whole value: every segment's entry is that value (the sampler then picks the same key anywhere).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def encode_payload(profile: Profile, values: Mapping[str, int]) -> list[list[int
             if not 0 <= v < (1 << f.bits):
                 raise PayloadError(f"field {f.name!r}={v} does not fit in {f.bits} bits (0..{(1 << f.bits) - 1})")
             acc = (acc << f.bits) | v
+        if level.per_value:
+            for k in range(profile.segments):
+                out[k][li] = acc
+            continue
         b = level.bits
         for k in range(profile.segments):
             shift = (profile.segments - 1 - k) * b
@@ -66,6 +71,26 @@ def decode_fields(profile: Profile, level: int, segment_values: list[int | None]
                 v = (v << 1) | int(x)  # type: ignore[arg-type]
             out[f.name] = v
     return out
+
+
+def value_fields(profile: Profile, level: int, value: int | None) -> dict[str, int | None]:
+    """A whole level value (its fields concatenated, first most significant) -> field values."""
+    out: dict[str, int | None] = {}
+    fields = profile.levels[level - 1].fields
+    shift = sum(f.bits for f in fields)
+    for f in fields:
+        shift -= f.bits
+        out[f.name] = None if value is None else (value >> shift) & ((1 << f.bits) - 1)
+    return out
+
+
+def segments_value(profile: Profile, level: int, segment_values: list[int]) -> int:
+    """Segment values (segment 0 most significant) -> the whole level value."""
+    b = profile.levels[level - 1].bits
+    v = 0
+    for s in segment_values:
+        v = (v << b) | s
+    return v
 
 
 def parse_field_args(profile: Profile, items: list[str]) -> dict[str, int]:

@@ -18,6 +18,10 @@ from verifier.resources import project_root
 
 DEFAULT_FIRST_CHUNKS = 20
 DEFAULT_DEEPER_CHUNKS = 4
+SPEC_VERSIONS = (1, 2)
+ENCODINGS = ("segments", "value")
+MAX_VALUE_BITS = 16  # a per-value level is decoded by trying all 2^bits values
+V2_WINDOWS = 8  # spec v2: scored tokens are scored in 8 windows (prefix/suffix scans of mixed texts)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
@@ -33,9 +37,27 @@ class Field:
 
 @dataclass(frozen=True)
 class Level:
-    bits: int
+    bits: int  # per position segment; a level carries bits x segments payload bits
     fields: tuple[Field, ...]
     chunks: int | None = None  # K_l for routing levels; None for the last level
+    # segments: one key per 2-bit (b-bit) segment value, chosen per token by the position key (v1);
+    # value: one key per whole level value, decoded by maximum likelihood over all values (v2 private)
+    encoding: str = "segments"
+    segments: int = 1
+
+    @property
+    def per_value(self) -> bool:
+        return self.encoding == "value"
+
+    @property
+    def value_bits(self) -> int:
+        """Payload bits of the level (all its fields)."""
+        return self.bits * self.segments
+
+    @property
+    def key_bits(self) -> int:
+        """log2 of the key-table size: one key per segment value, or per whole level value."""
+        return self.value_bits if self.per_value else self.bits
 
 
 @dataclass(frozen=True)
@@ -58,6 +80,11 @@ class Profile:
     def schedule(self) -> tuple[int, ...]:
         """Chunk schedule (K_1, ..., K_{L-1})."""
         return tuple(int(lv.chunks) for lv in self.levels[:-1])  # type: ignore[arg-type]
+
+    @property
+    def windows(self) -> int:
+        """Windows of scored tokens the decoder scores separately (1 in v1: whole-text sums only)."""
+        return V2_WINDOWS if self.spec_version >= 2 else 1
 
     @property
     def routing_stride(self) -> int:
@@ -101,6 +128,7 @@ class Profile:
                 {
                     "bits": lv.bits,
                     **({"chunks": lv.chunks} if lv.chunks is not None else {}),
+                    **({"encoding": lv.encoding} if self.spec_version >= 2 else {}),
                     "fields": [{"name": f.name, "bits": f.bits} for f in lv.fields],
                 }
                 for lv in self.levels
@@ -126,8 +154,8 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
         raise ProfileError("profile: missing 'name'")
     where = f"profile {name!r}"
     spec_version = _int(data, "spec_version", where, 1)
-    if spec_version != 1:
-        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1)")
+    if spec_version not in SPEC_VERSIONS:
+        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1 and 2)")
     vocab = _int(data, "vocab_size", where)
     h = _int(data, "context_width", where, 4)
     segments = _int(data, "segments", where)
@@ -181,7 +209,19 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
             raise ProfileError(
                 f"{lw}: fields hold {total} bits but the level carries bits x segments = {bits * segments}"
             )
-        levels.append(Level(bits=bits, fields=tuple(fields), chunks=chunks))
+        encoding = raw.get("encoding", "segments" if spec_version == 1 or i == 1 else "value")
+        if encoding not in ENCODINGS:
+            raise ProfileError(f"{lw}: encoding must be one of {ENCODINGS}, got {encoding!r}")
+        if encoding == "value" and spec_version < 2:
+            raise ProfileError(f"{lw}: encoding 'value' needs spec_version 2")
+        if encoding == "value" and i == 1:
+            raise ProfileError(f"{lw}: level 1 carries the position key and must use encoding 'segments'")
+        if encoding == "value" and bits * segments > MAX_VALUE_BITS:
+            raise ProfileError(
+                f"{lw}: a per-value level is decoded over all 2^bits values; {bits * segments} bits exceeds "
+                f"{MAX_VALUE_BITS}"
+            )
+        levels.append(Level(bits=bits, fields=tuple(fields), chunks=chunks, encoding=encoding, segments=segments))
     routed = math.prod(lv.chunks for lv in levels[:-1])  # type: ignore[misc]
     if routed > vocab:
         raise ProfileError(
@@ -219,8 +259,13 @@ PROFILES_DIR = project_root() / "policies" / "profiles"
 
 
 def default_profile() -> Profile:
-    """HeRo^2(2,2) at 24 bits for SmolLM2 (V = 49152), K_1 = 80 (the evaluation's best; the paper used 20)."""
+    """The shipped default (policies/profiles/default.yaml): spec v2 HeRo^2(2,2), 24 bits, for SmolLM2."""
     return load_profile(PROFILES_DIR / "default.yaml")
+
+
+def v1_profile() -> Profile:
+    """The spec v1 default (policies/profiles/v1.yaml): what texts made before spec v2 decode with."""
+    return load_profile(PROFILES_DIR / "v1.yaml")
 
 
 def make_profile(
@@ -231,6 +276,7 @@ def make_profile(
     context_width: int = 4,
     name: str | None = None,
     routing: str = "contiguous",
+    spec_version: int = 1,
 ) -> Profile:
     """Programmatic profile HeRo^L(bits) carrying `total_bits` (one field per level)."""
     per_seg = sum(bits)
@@ -254,5 +300,6 @@ def make_profile(
             "segments": segments,
             "levels": levels,
             "routing": routing,
+            "spec_version": spec_version,
         }
     )

@@ -1,4 +1,4 @@
-"""Pure-Python reference of the frozen HeRo v1 randomness (docs/spec.md).
+"""Pure-Python reference of the frozen HeRo randomness, spec v1 and v2 (docs/spec.md).
 
 Slow on purpose and written to be read next to the spec: every fast path (torch, compiled CPU, CUDA)
 is tested for bit equality against these functions.  Nothing here imports torch or numpy.
@@ -264,6 +264,45 @@ def scored_positions(ids: Sequence[int], h: int) -> list[int]:
     return out
 
 
+def window_of(i: int, n: int, windows: int) -> int:
+    """Window of the i-th (0-based) of a text's n scored tokens: floor(i * W / n) (spec v2 section 12)."""
+    return i * windows // n
+
+
+def window_scores(
+    ids: Sequence[int],
+    h: int,
+    vocab_size: int,
+    schedule: Sequence[int],
+    segments: int,
+    pos_key: bytes,
+    tables: Sequence[tuple[int, Sequence[bytes], bool]],
+    stride: int = 0,
+    windows: int = 1,
+) -> tuple[list[list[list[list[float]]]], list[list[int]]]:
+    """Per table ((level, entry keys, per_value)): scores[w][cell][a], where cell is the position
+    segment of the token (segmented tables) or 0 (per-value tables); counts[w][k] tokens per window and
+    segment. Every cell is a sequential sum in text order."""
+    positions = scored_positions(ids, h)
+    n = len(positions)
+    counts = [[0] * segments for _ in range(windows)]
+    scores = [
+        [[[0.0] * len(keys) for _ in range(1 if per_value else segments)] for _ in range(windows)]
+        for _, keys, per_value in tables
+    ]
+    for i, t in enumerate(positions):
+        ctx = ids[t - h : t]
+        w = window_of(i, n, windows)
+        k = position(prf_seed(pos_key, ctx), segments)
+        counts[w][k] += 1
+        path = routing_path(ids[t], vocab_size, schedule, stride)
+        for li, (level, keys, per_value) in enumerate(tables):
+            cell = scores[li][w][0 if per_value else k]
+            for a, key in enumerate(keys):
+                cell[a] += evidence(random_u32(prf_seed(key, ctx), path[level - 1]))
+    return scores, counts
+
+
 def segment_scores(
     ids: Sequence[int],
     h: int,
@@ -274,15 +313,7 @@ def segment_scores(
     tables: Sequence[tuple[int, Sequence[bytes]]],
     stride: int = 0,
 ) -> tuple[list[list[list[float]]], list[int]]:
-    """Per level in `tables` ((level, entry keys)): scores[k][a] summed evidence; counts[k] tokens."""
-    counts = [0] * segments
-    scores = [[[0.0] * len(keys) for _ in range(segments)] for _, keys in tables]
-    for t in scored_positions(ids, h):
-        ctx = ids[t - h : t]
-        k = position(prf_seed(pos_key, ctx), segments)
-        counts[k] += 1
-        path = routing_path(ids[t], vocab_size, schedule, stride)
-        for li, (level, keys) in enumerate(tables):
-            for a, key in enumerate(keys):
-                scores[li][k][a] += evidence(random_u32(prf_seed(key, ctx), path[level - 1]))
-    return scores, counts
+    """Spec v1 form: per level in `tables` ((level, entry keys)): scores[k][a]; counts[k] tokens."""
+    scores, counts = window_scores(ids, h, vocab_size, schedule, segments, pos_key,
+                                   [(lv, keys, False) for lv, keys in tables], stride)
+    return [s[0] for s in scores], counts[0]

@@ -63,17 +63,7 @@ def decode_with_material(
     del material  # drop our references to the tables as soon as the decoder holds them
     out = []
     for res in decoder.decode_texts(texts, tokenizer):
-        d = res.to_dict()
-        for lv in d["levels"]:
-            if lv.get("reason") and lv["p_value"] > alpha:
-                lv["status"] = "undecodable"
-        first = d["levels"][0]
-        if first["status"] == "undecodable" and first.get("reason"):
-            # Deeper levels are segmented with level 1's position key: without the version that made
-            # the text, their field values are meaningless (their detection evidence stays in p_value).
-            for lv in d["levels"][1:]:
-                lv["status"] = "undecodable"
-                lv["reason"] = lv.get("reason") or f"level 1 cannot be decoded ({first['reason']})"
+        d = res.to_dict()  # the decoder decides every level's status (keys gone: `undecodable`)
         d["levels"].extend(undecodable_level(lv, r) for lv, r in sorted(missing.items()))
         out.append(d)
     return out

@@ -1,7 +1,7 @@
 """DbKeyStore: the engine's KeyStore protocol over envelope-encrypted rows in the service database.
 
 Only master secrets (32 bytes) are stored, sealed with AES-GCM under a per-row data key that the KEK
-provider wraps; key tables are re-derived with `derive_table` after decryption. Decryption is limited
+provider wraps; key tables are re-derived with `derive_level_table` after decryption. Decryption is limited
 to the levels a caller may use (`verification_material(profile, max_level)` never reads higher rows).
 """
 
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 
 from verifier.db import Database
-from verifier.engine.keys import MASTER_SECRET_BYTES, KeySet, KeyTable, derive_table, new_master_secret
+from verifier.engine.keys import MASTER_SECRET_BYTES, KeySet, KeyTable, derive_level_table, new_master_secret
 from verifier.engine.keystore import USABLE_FOR_DECODING, KeyStoreError, VersionInfo
 from verifier.engine.profile import Profile
 from verifier.keys import repository as repo
@@ -103,7 +103,7 @@ class DbKeyStore:
     def _table(self, profile: Profile, row: KeyVersionRow) -> KeyTable:
         if not 1 <= row.level <= profile.depth:
             raise KeyStoreError(f"key version {row.version} is for a level the profile does not have")
-        return derive_table(self._open(row), row.level, profile.levels[row.level - 1].bits, row.version)
+        return derive_level_table(self._open(row), profile, row.level, row.version)
 
     # -- KeyStore protocol ---------------------------------------------------------------------
     def initialize(self, profile: Profile) -> list[VersionInfo]:

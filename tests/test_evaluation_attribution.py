@@ -13,6 +13,7 @@ from verifier.evaluation import collusion as col
 from verifier.evaluation import metrics
 from verifier.evaluation.attribution import (
     HERO_V1,
+    HERO_V2,
     Attribution,
     attribute,
     build_attr_method,
@@ -112,17 +113,19 @@ def _synthetic(processor, steps: int, batch: int, vocab: int, seed: int) -> list
     return ids[:, 1:].tolist()
 
 
-def test_hero_v1_recovers_users_and_releases_on_unmarked_text():
-    """The adapter reads `user` from level 2; v1 names a user even on random text (the flaw v2 fixes)."""
-    hero = build_attr_method(HERO_V1, 0)
+@pytest.mark.parametrize("name", [HERO_V1, HERO_V2])
+def test_hero_adapters_recover_users_and_release_nothing_on_random_text(name):
+    """The adapter reads `user` from level 2 of both profiles; on random text nothing is released."""
+    hero = build_attr_method(name, 0)
     users = [0x123, 0xFED, 0x0F0, 0xA5A]
     proc = hero.processor([payload_for(hero, 0, u) for u in users], 1)
     ids = _synthetic(proc, 300, len(users), hero.profile.vocab_size, 1)
     att = attribute(hero, ids)
     assert count_exact(att, users) == len(users)
+    assert all(a.confidence is not None and a.confidence > 0.5 for a in att)
     random_text = torch.randint(0, hero.profile.vocab_size, (8, 200), generator=torch.Generator().manual_seed(2))
     null = attribute(hero, random_text.tolist())
-    assert count_false(null, [set()] * 8) == 8
+    assert count_false(null, [set()] * 8) == 0 and {a.status for a in null} == {"absent"}
 
 
 def test_hero_applies_the_sampling_warpers_itself():
@@ -195,21 +198,28 @@ def test_attribution_section_end_to_end(hero_home, smollm2, tmp_path):
         tokens=40,
         batch_size=6,
         sections=("attribution",),
-        attr_methods=(HERO_V1, "MPAC(2)", "unwatermarked"),
+        attr_methods=(HERO_V2, HERO_V1, "MPAC(2)", "unwatermarked"),
         out=str(tmp_path / "out"),
         attr_plan={**QUICK_ATTR_PLAN, "col_users": 4, "col_prompts": 2, "col_tokens": 32},
     )
-    res = Runner(cfg, model, tok).run()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as `hero eval` runs: more threads than free cores make generation crawl
+    try:
+        res = Runner(cfg, model, tok).run()
+    finally:
+        torch.set_num_threads(threads)
     assert not res.get("errors"), res.get("errors")
     att = res["cells"]["attribution"]
     for s in ("T1", "k50p0.9"):
-        v1 = att[s][HERO_V1]
-        assert v1["n"] == 6 and set(v1["prefix"]) == {"25", "40"}
-        assert v1["fa_human"]["k"] == 24  # v1 releases a user on every human text
-        assert v1["splices"]["0.5"]["n"] + v1["splices"]["0.5"]["skipped_equal_users"] == 6
+        for name in (HERO_V2, HERO_V1):
+            c = att[s][name]
+            assert c["n"] == 6 and set(c["prefix"]) == {"25", "40"}
+            assert c["fa_human"]["n"] == 24 and c["fa_human"]["k"] == 0  # nothing named on human text
+            assert c["splices"]["0.5"]["n"] + c["splices"]["0.5"]["skipped_equal_users"] == 6
         assert "release_threshold" in att[s]["MPAC(2)"]
     div = att["diversity"]["k50p0.9"]
     assert div[HERO_V1]["repeat_distinct_outputs"]["mean"] == 1.0  # v1: identical outputs under a fixed key
+    assert div[HERO_V2]["repeat_distinct_outputs"]["mean"] > 1.0  # v2: fresh randomness for the opening
     assert div["unwatermarked"]["repeat_distinct_outputs"]["mean"] > 1.0
     assert att["collusion"][HERO_V1]["framing"]["n"] == 2 * 1 * 2 * 2  # ordered member pairs x prompts x ratios
     assert att["decode_cost"]["us_per_token"]

@@ -8,11 +8,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from verifier.evaluation.attribution import SCHEME, payload_for, user_value
-from verifier.evaluation.methods import UNWATERMARKED, Method
+from verifier.evaluation.methods import UNWATERMARKED, HeroMethod, Method
 from verifier.evaluation.sampling import Sampling
 
 
@@ -36,7 +38,9 @@ class AttributionData:
         self.r, self.plan, self.seed = runner, plan, runner.cfg.seed
 
     def _scheme(self, m: Method, extra: str = "") -> str:
-        return extra if m.name == UNWATERMARKED and not extra else SCHEME + extra
+        if m.name == UNWATERMARKED and not extra:
+            return ""
+        return SCHEME + _profile_tag(m) + extra
 
     def main(self, m: Method, s: Sampling, indices: Sequence[int] | None = None) -> list[dict]:
         p = self.plan
@@ -62,7 +66,7 @@ class AttributionData:
             f"repeat{prompt} {s.name}",
             lambda i: payload_for(m, self.seed, u),
             sampling=s,
-            scheme=SCHEME + f"_rep{prompt}",
+            scheme=self._scheme(m, f"_rep{prompt}"),
         )
 
     def users(self, m: Method, s: Sampling, prompt: int) -> list[dict]:
@@ -75,7 +79,7 @@ class AttributionData:
             f"users{prompt} {s.name}",
             lambda j: payload_for(m, self.seed, user_value(self.seed, 10_000 + j)),
             sampling=s,
-            scheme=SCHEME + f"_users{prompt}",
+            scheme=self._scheme(m, f"_users{prompt}"),
         )
 
     def collusion_user(self, k: int) -> int:
@@ -101,5 +105,14 @@ class AttributionData:
             f"collusion {s.name}",
             lambda k: payload_for(m, self.seed, users[k // p.col_prompts]),
             sampling=s,
-            scheme=SCHEME + "_collude",
+            scheme=self._scheme(m, "_collude"),
         )
+
+
+def _profile_tag(m: Method) -> str:
+    """A spec-v2 profile's fingerprint, so texts made under one v2 default are never decoded under another
+    (K_1 or h of the default may change); '' for v1 and the baselines (their cache names stay)."""
+    if isinstance(m, HeroMethod) and m.profile.spec_version >= 2:
+        blob = json.dumps(m.profile.to_dict(), sort_keys=True).encode()
+        return "_" + hashlib.sha256(blob).hexdigest()[:8]
+    return ""

@@ -7,9 +7,11 @@ come with bootstrap intervals (metrics.median_ci).
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 from verifier.evaluation import attacks, metrics
 from verifier.evaluation.attribution import Attribution, attribute, count_exact, count_false, gate, user_value
@@ -20,7 +22,11 @@ PREFIXES = (25, 50, 100, 200)
 REPLACE = (0.1, 0.2)
 RATIOS = (0.5, 0.8)
 DETECT_TOKENS = 50  # detection TPR is reported on the first 50 tokens (it saturates at 200)
-FA_FPR = 1e-3  # baselines release a value only above the human-text threshold at this FPR
+FA_FPR = 1e-3
+V1_OLD_ENGINE = "HeRo-v1 (engine before v2)"
+V1_ENGINE_FILE = (
+    "attribution_v1_engine.json"  # baselines release a value only above the human-text threshold at this FPR
+)
 
 
 def evaluate(sec) -> None:
@@ -34,6 +40,7 @@ def evaluate(sec) -> None:
         "methods": list(sec.methods),
         "texts": {n: sec.texts(n) for n in sec.methods},
     }
+    old = _v1_engine_rows(Path(r.cfg.out))
     for s in sec.settings:
         cell = out.setdefault(s.name, {"describe": s.describe()})
         unw = sec.methods.get(UNWATERMARKED)
@@ -50,6 +57,8 @@ def evaluate(sec) -> None:
             else:
                 cell[name] = MethodEval(sec, m, recs, unw_recs).run()
             r.save()
+        if s.name in old:
+            cell[V1_OLD_ENGINE] = old[s.name]
     for part in ("diversity", "collusion", "decode_cost"):
         if r.over_budget():
             r.results["skipped"].append(f"attribution:{part}")
@@ -57,6 +66,15 @@ def evaluate(sec) -> None:
         r.say(f"attribution: {part}")
         out[part] = getattr(attribution_extra, part)(sec)
         r.save()
+    if "decode_cost" in old and "decode_cost" in out:
+        out["decode_cost"]["v1_engine"] = old["decode_cost"]
+
+
+def _v1_engine_rows(folder: Path) -> dict:
+    """Rows of the v1 profile decoded by the engine before spec v2, saved by
+    benchmarks/eval_v1_engine_rows.py (that engine is gone from this tree); {} when absent."""
+    path = folder / V1_ENGINE_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 class MethodEval:

@@ -14,7 +14,11 @@ GOALS = {
 }
 
 
-SUMMARY_METHODS = ("HeRo-v2", "HeRo-v1")  # the goals table is about the product; baselines are in the tables below
+SUMMARY_METHODS = (
+    "HeRo-v2",
+    "HeRo-v1",
+    "HeRo-v1 (engine before v2)",
+)  # the goals table is about the product; baselines are in the tables below
 
 
 def _p(d: dict | None, digits: int = 3) -> str:
@@ -334,6 +338,14 @@ def _decode_cost(att: dict) -> list[str]:
     ]
     for k, v in dc["us_per_token"].items():
         L.append(f"| {k} | {v:.1f} | " + ", ".join(f"{x:.1f}" for x in dc["all"][k]) + " |")
+    old = dc.get("v1_engine")
+    if old:
+        for k, v in old["us_per_token"].items():
+            L.append(
+                f"| {k}, engine before v2 (separate run) | {v:.1f} | "
+                + ", ".join(f"{x:.1f}" for x in old["all"][k])
+                + " |"
+            )
     L.append("")
     return L
 

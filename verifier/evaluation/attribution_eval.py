@@ -122,11 +122,11 @@ class MethodEval:
     def _humans(self, res: dict) -> None:
         """Human texts at 50 (detection) and full length (false attribution); baselines' release thresholds."""
         self.detect_t = min(DETECT_TOKENS, self.tokens)
-        self.human = {t: attribute(self.m, self.r.human_ids(t)) for t in (self.detect_t, self.tokens)}
+        self.human = {t: self._human(t) for t in (self.detect_t, self.tokens)}
         self.threshold: dict[int, float] = {}
         if self.baseline:
             for t in [t for t in PREFIXES if t < self.tokens] + [self.tokens]:
-                hs = self.human[t] if t in self.human else attribute(self.m, self.r.human_ids(t))
+                hs = self._human(t)
                 self.threshold[t] = metrics.threshold_at_fpr([a.score for a in hs], FA_FPR)
             res["release_threshold"] = {str(t): v for t, v in self.threshold.items()}
         hs = self.human[self.tokens]
@@ -138,6 +138,13 @@ class MethodEval:
             released = hs
         res["fa_human"] = metrics.proportion(count_false(released, [set()] * len(released)), len(released))
         res["human_status"] = dict(Counter(a.status for a in released))
+
+    def _human(self, t: int) -> list[Attribution]:
+        """The method's results on the human texts cut to t tokens, shared by the sampling settings."""
+        key = (self.m.name, t)
+        if key not in self.sec.human_cache:
+            self.sec.human_cache[key] = attribute(self.m, self.r.human_ids(t))
+        return self.sec.human_cache[key]
 
     def _exact(self, ids: list[list[int]], t: int) -> dict:
         raw = attribute(self.m, ids)

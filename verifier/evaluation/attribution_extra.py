@@ -111,7 +111,7 @@ def _framing(sec, m: HeroMethod, recs, accounts, members) -> dict:
     }
 
 
-def decode_cost(sec, texts: int = 400, rounds: int = 3) -> dict:
+def decode_cost(sec, texts: int = 100, rounds: int = 3) -> dict:
     """CPU decode time per token: moderator (level-1 tables only) and auditor (all levels), HeRo v1 vs v2,
     rounds interleaved; token ids in (tokenisation excluded). Baselines for reference."""
     ids = sec.r.human_ids(sec.plan.tokens)[:texts]

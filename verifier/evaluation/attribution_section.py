@@ -21,6 +21,7 @@ class AttributionSection:
         self.plan = DataPlan(prompts=cfg.prompts, tokens=cfg.tokens, **(cfg.attr_plan or {}))
         self.data = AttributionData(runner, self.plan)
         self.settings = [SETTINGS[s] for s in cfg.settings]
+        self.human_cache: dict = {}  # (method, tokens) -> results on the human texts (setting-independent)
         self.methods = {}
         for name in cfg.attr_methods:
             m = build_attr_method(name, cfg.seed)

@@ -38,16 +38,16 @@ def evaluate(sec) -> None:
         **sec.plan.__dict__,
         "settings": [s.name for s in sec.settings],
         "methods": list(sec.methods),
-        "texts": {n: sec.texts(n) for n in sec.methods},
+        "texts": {f"{n}@{s.name}": sec.texts(n, s.name) for n in sec.methods for s in sec.settings},
     }
     old = _v1_engine_rows(Path(r.cfg.out))
     for s in sec.settings:
         cell = out.setdefault(s.name, {"describe": s.describe()})
         unw = sec.methods.get(UNWATERMARKED)
-        unw_recs = sec.data.main(unw, s, range(sec.texts(UNWATERMARKED))) if unw is not None else None
+        unw_recs = sec.data.main(unw, s, range(sec.texts(UNWATERMARKED, s.name))) if unw is not None else None
         for name, m in sec.methods.items():
             r.say(f"attribution: evaluating {name} under {s.name}")
-            recs = sec.data.main(m, s, range(sec.texts(name)))
+            recs = sec.data.main(m, s, range(sec.texts(name, s.name)))
             if name == UNWATERMARKED:
                 cell[name] = {
                     "n": len(recs),

@@ -31,9 +31,12 @@ class AttributionSection:
             else:
                 self.methods[name] = m
 
-    def texts(self, name: str) -> int:
-        """Main-cell texts of a method: `prompts`, or fewer where `attr_caps` says so (time on 2 cores)."""
-        return min(self.plan.prompts, (self.r.cfg.attr_caps or {}).get(name, self.plan.prompts))
+    def texts(self, name: str, setting: str | None = None) -> int:
+        """Main-cell texts of a method: `prompts`, or fewer where `attr_caps` says so (time on 2 cores);
+        a cap 'METHOD@SETTING' applies to one sampling setting and wins over 'METHOD'."""
+        caps = self.r.cfg.attr_caps or {}
+        cap = caps.get(f"{name}@{setting}", caps.get(name, self.plan.prompts))
+        return min(self.plan.prompts, cap)
 
     def generate_all(self) -> None:
         """Every text the section needs, in rounds of `ROUND` prompts over all main cells (each up to its
@@ -43,7 +46,7 @@ class AttributionSection:
         for k, start in enumerate(range(0, p.prompts, ROUND)):
             for s in self.settings:
                 for name, m in self.methods.items():
-                    idx = range(start, min(start + ROUND, self.texts(name)))
+                    idx = range(start, min(start + ROUND, self.texts(name, s.name)))
                     if len(idx):
                         r.say(f"attribution data: main {name} {s.name} texts {idx.start}..{idx.stop - 1}")
                         self.data.main(m, s, idx)

@@ -34,6 +34,7 @@ def write_report(results: dict, out: Path) -> Path:
     plots = _plots(results, out)
     parts = (
         _header,
+        report_attribution.section,  # issue 11: the figures a service that names users must stand behind
         _main_table,
         _tpr_tables,
         _timing,
@@ -43,7 +44,6 @@ def write_report(results: dict, out: Path) -> Path:
         _hierarchy,
         _robustness,
         _ablation,
-        report_attribution.section,
     )
     L: list[str] = []
     for part in parts:

@@ -10,7 +10,7 @@ import verifier.audit.models
 import verifier.jobs.models
 import verifier.keys.models  # noqa: F401  (register tables on Base.metadata)
 from verifier.db import Base, make_engine
-from verifier.settings import Settings
+from verifier.settings import get_settings
 
 config = context.config
 if config.config_file_name is not None and not config.attributes.get("url"):
@@ -20,7 +20,7 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return config.attributes.get("url") or Settings().db_url
+    return config.attributes.get("url") or get_settings().db_url
 
 
 def run_migrations_offline() -> None:

@@ -1,12 +1,18 @@
-"""Shared fixtures: isolated HERO_HOME, synthetic key sets, and the (cached) SmolLM2 model."""
+"""Shared fixtures: isolated HERO_HOME, test vectors, PostgreSQL reachability, the (cached) SmolLM2 model.
+
+Helpers (key sets, the synthetic LM, service and job clients) live in `tests.helpers`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import postgres
 
 VECTORS = Path(__file__).parent / "vectors" / "hero_v1.json"
 VECTORS_V2 = Path(__file__).parent / "vectors" / "hero_v2.json"
@@ -33,20 +39,28 @@ def hero_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
-def make_keyset(profile, seed: int = 0):
-    """Key set with fresh CSPRNG masters (seed only names the versions)."""
-    from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
+@pytest.fixture(scope="session")
+def pg_reason() -> str | None:
+    """None when the test PostgreSQL is reachable, else why not."""
+    return postgres.unreachable_reason()
 
-    return KeySet(
-        tuple(
-            derive_level_table(new_master_secret(), profile, lv, f"l{lv}-v{seed}")
-            for lv in range(1, profile.depth + 1)
-        )
-    )
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path, pg_reason) -> Iterator[str]:
+    """Both backends: a SQLite file, or a private schema on the real PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'service.db'}"
+    else:
+        yield from postgres.schema_url(pg_reason)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'service.db'}"
 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from verifier.engine.models import load_model
+    from verifier.lm import load_model
 
     return load_model("smollm2")

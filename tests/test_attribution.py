@@ -11,8 +11,8 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from tests.conftest import make_keyset
-from tests.synthetic import generate
+from tests.helpers.keys import make_keyset
+from tests.helpers.synthetic import generate
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import HeroLogitsProcessor
 from verifier.engine.keys import KeySet

@@ -12,8 +12,8 @@ from scipy import stats as sps
 
 from gpu import prf
 from gpu.partition import routing_paths
-from tests.conftest import make_keyset
-from tests.synthetic import bit_errors, generate
+from tests.helpers.keys import make_keyset
+from tests.helpers.synthetic import bit_errors, generate
 from verifier.engine.decoder import DecodeError, Decoder
 from verifier.engine.keys import KeySet
 from verifier.engine.profile import make_profile

@@ -137,6 +137,7 @@ def test_method_registry_shapes():
 
 # -- end to end ---------------------------------------------------------------------------------------
 @pytest.mark.model
+@pytest.mark.slow
 def test_hero_eval_quick_end_to_end(hero_home):
     from verifier.cli import build_parser
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import make_keyset
+from tests.helpers.keys import make_keyset
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import HeroLogitsProcessor, generate_watermarked, make_warpers
 from verifier.engine.profile import default_profile

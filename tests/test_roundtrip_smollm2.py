@@ -10,15 +10,22 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from tests.conftest import make_keyset
-from tests.synthetic import bit_errors
-from verifier.engine.corpus import bbc_prompts_and_humans, prompt_from_article
+from tests.helpers.keys import make_keyset
+from tests.helpers.synthetic import bit_errors
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import generate_watermarked
 from verifier.engine.profile import default_profile
+from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 N_PROMPTS, N_HUMANS, NEW_TOKENS = 16, 200, 200
+
+
+def _generate(model, tok, prompts, payloads, profile, keyset, **kw):
+    """Exactly NEW_TOKENS new tokens per prompt (no early end of text)."""
+    return generate_watermarked(
+        model, tok, prompts, payloads, profile, keyset, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +37,7 @@ def setup(smollm2):
     prompts = [prompt_from_article(a.text, tok, 50) for a in arts]
     rng = np.random.default_rng(0)
     payloads = [{"model": int(rng.integers(4096)), "user": int(rng.integers(4096))} for _ in prompts]
-    gens = generate_watermarked(
-        model,
-        tok,
-        prompts,
-        payloads,
-        profile,
-        keyset,
-        max_new_tokens=NEW_TOKENS,
-        min_new_tokens=NEW_TOKENS,
-        generator=torch.Generator().manual_seed(1),
-    )
+    gens = _generate(model, tok, prompts, payloads, profile, keyset, generator=torch.Generator().manual_seed(1))
     return model, tok, profile, keyset, prompts, payloads, gens, humans
 
 
@@ -84,17 +81,7 @@ def _mean_nll(model, tok, prompt: str, ids: list[int]) -> float:
 
 def test_perplexity_unchanged(setup):
     model, tok, profile, keyset, prompts, payloads, gens, _ = setup
-    plain = generate_watermarked(
-        model,
-        tok,
-        prompts,
-        payloads,
-        profile,
-        keyset,
-        max_new_tokens=NEW_TOKENS,
-        min_new_tokens=NEW_TOKENS,
-        watermark=False,
-    )
+    plain = _generate(model, tok, prompts, payloads, profile, keyset, watermark=False)
     wm = np.array([_mean_nll(model, tok, g.prompt, g.token_ids) for g in gens])
     un = np.array([_mean_nll(model, tok, g.prompt, g.token_ids) for g in plain])
     t = sps.ttest_rel(wm, un)

@@ -62,6 +62,7 @@ DISTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(DISTS))
 @pytest.mark.parametrize("schedule", [(20,)])
 def test_sampler_is_unbiased(name, schedule):

@@ -14,74 +14,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifier.audit.endpoints import router as audit_router
-from verifier.auth.jwt import TokenVerifier
-from verifier.auth.policy import load_policy
-from verifier.context import ServiceContext
-from verifier.db import Database, upgrade
-from verifier.engine.profile import PROFILES_DIR, load_profile
-from verifier.jobs.base import JobRunner
+from verifier.audit.service import AuditUnavailable
+from verifier.context import Ctx, ServiceContext, build_context
+from verifier.errors import DomainError
 from verifier.jobs.endpoints import router as jobs_router
-from verifier.jobs.inprocess import InProcessJobRunner, default_tokenizer_loader
 from verifier.keys.endpoints import router as keys_router
-from verifier.keys.kek import make_kek_provider
-from verifier.keys.service import DbKeyStore
+from verifier.metrics import AUDIT_FAILURES
 from verifier.middleware import AccessLogMiddleware, BodyLimitMiddleware
 from verifier.settings import Settings, get_settings
 from verifier.verify.endpoints import router as verify_router
+from verifier.verify.runner import DecodeRunner
 
 log = logging.getLogger("hero.app")
 
-
-def resolve_profile(name: str):
-    path = PROFILES_DIR / f"{name}.yaml"
-    return load_profile(path if path.exists() else name)
-
-
-def build_context(
-    settings: Settings,
-    *,
-    tokenizer_loader: Callable[[str], Any] | None = None,
-    runner: JobRunner | None = None,
-) -> ServiceContext:
-    if settings.should_auto_migrate:
-        upgrade(settings.db_url)
-    db = Database(settings.db_url)
-    store = DbKeyStore(db, make_kek_provider(settings))
-    profile = resolve_profile(settings.profile)
-    if runner is None:
-        runner = InProcessJobRunner(store, resolve_profile, tokenizer_loader or default_tokenizer_loader)
-    policy = load_policy(settings.roles_file)
-    return ServiceContext(
-        settings=settings,
-        db=db,
-        store=store,
-        tokens=TokenVerifier(settings),
-        policy=policy,
-        profile=profile,
-        runner=runner,
-        jobs=_job_dispatcher(settings, db, store, policy, runner, tokenizer_loader),
-    )
-
-
-def _job_dispatcher(settings: Settings, db, store, policy, runner, tokenizer_loader):
-    """Celery when HERO_BROKER_URL is set, else drains in this process (same code path)."""
-    if settings.broker_url:
-        from verifier.jobs.dispatch import CeleryDispatcher
-
-        return CeleryDispatcher(settings)
-    from verifier.jobs.dispatch import InProcessDispatcher
-    from verifier.jobs.drain import DrainContext
-
-    tok = getattr(runner, "tokenizer", None) or (tokenizer_loader or default_tokenizer_loader)
-
-    def make() -> DrainContext:
-        return DrainContext(
-            db=db, store=store, profiles=resolve_profile, tokenizer=tok, policy=policy, worker="api-inprocess",
-            batch_size=settings.job_batch_size, lease_s=settings.job_lease_seconds,
-            max_attempts=settings.job_max_attempts,
-        )
-
-    return InProcessDispatcher(make)
+DESCRIPTION = (
+    "Selective-disclosure watermark verification. Bearer JWT (EdDSA/ES256); the role decides the deepest level "
+    "disclosed. Every disclosure is recorded in a hash-chained audit log."
+)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -92,30 +41,14 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def create_app(
-    settings: Settings | None = None,
-    *,
-    tokenizer_loader: Callable[[str], Any] | None = None,
-    runner: JobRunner | None = None,
-) -> FastAPI:
-    settings = settings or get_settings()
-    ctx = build_context(settings, tokenizer_loader=tokenizer_loader, runner=runner)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        ctx.jobs.close()
-        ctx.runner.close()
-        ctx.db.dispose()
-
-    app = FastAPI(
-        title="HeRo Verifier",
-        version="0.1.0",
-        description="Selective-disclosure watermark verification. Bearer JWT (EdDSA/ES256); the role decides "
-        "the deepest level disclosed. Every disclosure is recorded in a hash-chained audit log.",
-        lifespan=lifespan,
-    )
-    app.state.ctx = ctx
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(DomainError)
+    async def domain_error(request: Request, exc: DomainError) -> JSONResponse:
+        if isinstance(exc, AuditUnavailable):
+            AUDIT_FAILURES.inc()
+        if exc.status >= 500:
+            log.warning("request failed", extra={"status": exc.status, "error": exc.__class__.__name__})
+        return JSONResponse({"detail": exc.detail()}, status_code=exc.status, headers=dict(exc.headers or {}))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -132,13 +65,15 @@ def create_app(
         log.error("unhandled error", extra={"error": exc.__class__.__name__})
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
+
+def _ops_routes(app: FastAPI) -> None:
     @app.get("/healthz", tags=["ops"], summary="Liveness")
     def healthz() -> dict:
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["ops"], summary="Readiness (database and, if configured, broker reachable)",
              responses={503: {}})
-    def readyz() -> Response:
+    def readyz(ctx: Ctx) -> Response:
         try:
             ctx.db.ping()
         except Exception as exc:
@@ -155,10 +90,28 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(verify_router)
-    app.include_router(jobs_router)
-    app.include_router(keys_router)
-    app.include_router(audit_router)
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    tokenizer_loader: Callable[[str], Any] | None = None,
+    runner: DecodeRunner | None = None,
+) -> FastAPI:
+    settings = settings or get_settings()
+    ctx: ServiceContext = build_context(settings, tokenizer_loader=tokenizer_loader, runner=runner)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        ctx.jobs.start()  # resume jobs a previous process left unfinished
+        yield
+        ctx.close()
+
+    app = FastAPI(title="HeRo Verifier", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.ctx = ctx
+    _install_error_handlers(app)
+    _ops_routes(app)
+    for router in (verify_router, jobs_router, keys_router, audit_router):
+        app.include_router(router)
     app.add_middleware(
         BodyLimitMiddleware, limit=settings.max_body_bytes, overrides={"/v1/jobs": settings.job_max_body_bytes}
     )
@@ -167,4 +120,4 @@ def create_app(
 
 
 def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env
-    return create_app(Settings())
+    return create_app(get_settings())

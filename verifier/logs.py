@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 SAFE_FIELDS = (
     "request_id", "method", "path", "status", "duration_ms", "subject", "role", "profile", "level",
-    "version", "texts", "error", "events", "kek_id",
+    "version", "texts", "error", "events", "kek_id", "job_id", "items", "worker", "jobs",
 )
 
 

@@ -1,7 +1,7 @@
-"""Where the project's data files live (policies/, migrations/, alembic.ini).
+"""Where things live: the project's data files (policies/, migrations/, alembic.ini) and HERO_HOME.
 
-A source checkout finds them next to the package; an installed package (e.g. the container image)
-points HERO_ROOT at the directory that holds them.
+A source checkout finds the data files next to the package; an installed package (e.g. the container
+image) points HERO_ROOT at the directory that holds them.
 """
 
 from __future__ import annotations
@@ -13,3 +13,8 @@ from pathlib import Path
 def project_root() -> Path:
     env = os.environ.get("HERO_ROOT")
     return Path(env).expanduser() if env else Path(__file__).resolve().parents[1]
+
+
+def hero_home() -> Path:
+    """$HERO_HOME (default ~/.hero): the service settings' `home`, and the model cache's parent."""
+    return Path(os.environ.get("HERO_HOME") or "~/.hero").expanduser()

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from verifier.resources import project_root
+from verifier.resources import hero_home, project_root
 
 REPO_ROOT = project_root()
 
@@ -17,7 +17,7 @@ REPO_ROOT = project_root()
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HERO_", extra="ignore")
 
-    home: Path = Field(default_factory=lambda: Path("~/.hero").expanduser())
+    home: Path = Field(default_factory=hero_home)
     database_url: str | None = None
     auto_migrate: bool | None = None  # default: True for SQLite (embedded), False otherwise
     profile: str = "default"
@@ -45,7 +45,6 @@ class Settings(BaseSettings):
     alpha: float = Field(default=1e-4, gt=0, lt=1)
 
     # Jobs / serving
-    job_backend: Literal["inprocess"] = "inprocess"  # /v1/verify runner; /v1/jobs go to Celery when broker_url is set
     broker_url: str | None = None  # e.g. redis://127.0.0.1:6379/0: /v1/jobs run on Celery workers (`hero worker`)
     job_max_texts: int = Field(default=100_000, ge=1)
     job_max_body_bytes: int = Field(default=64_000_000, ge=1024)
@@ -59,6 +58,11 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: str = "INFO"
+
+    # Test hooks (honoured only with HERO_TEST_HOOKS=1): sleep before storing each job batch, so tests can
+    # kill a worker or the API process mid-job.
+    test_hooks: bool = False
+    worker_test_delay_s: float = Field(default=0.0, ge=0)
 
     @field_validator("home", mode="after")
     @classmethod
@@ -90,7 +94,12 @@ class Settings(BaseSettings):
     def dev_key_dir(self) -> Path:
         return self.home / "dev-jwt"
 
+    @property
+    def drain_delay_s(self) -> float:
+        return self.worker_test_delay_s if self.test_hooks else 0.0
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
+    """This process's settings from the environment, read once (servers, workers, migrations)."""
     return Settings()

@@ -1,1 +1,1 @@
-"""Celery workers for decode jobs (`hero worker`). The task body is `verifier.jobs.drain.drain`."""
+"""Celery worker entry points (`hero worker`). The task body is `verifier.jobs.drain.drain`."""

@@ -140,3 +140,21 @@ def test_fail_closed_when_audit_table_is_gone(lite):
 @pytest.mark.parametrize("role", ["auditor", "admin"])
 def test_audit_roles(lite, role):
     assert lite.client.get("/v1/audit/events", headers=lite.auth(role)).status_code == 200
+
+
+def test_key_changes_commit_with_their_audit_event_or_not_at_all(svc):
+    """Key administration and its audit row are one transaction: no audit row, no change."""
+    svc.init_keys()
+    admin = svc.auth("admin")
+    assert svc.client.post("/v1/keys/1/rotate", headers=admin).status_code == 201
+    events = svc.client.get("/v1/audit/events", headers=admin).json()["events"]
+    assert [(e["action"], e["levels"], e["key_version"]) for e in events] == [
+        ("keys.init", [], None), ("keys.rotate", [1], "l1-v2")]
+
+    _exec(svc, "DROP TABLE hero_audit_events")
+    for path, body in [("/v1/keys/2/rotate", None), ("/v1/keys/1/versions/l1-v1/disable", None),
+                       ("/v1/keys/1/versions/l1-v1/destroy", {"confirm": "l1-v1"})]:
+        r = svc.client.post(path, headers=admin, json=body)
+        assert r.status_code == 503 and "audit" in r.json()["detail"], (path, r.text)
+    status = {r.version: r.status for r in svc.ctx.store.version_rows(svc.ctx.profile)}
+    assert status == {"l1-v1": "verify-only", "l1-v2": "active", "l2-v1": "active"}  # nothing changed

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.postgres import REQUIRE, schema_url
 from verifier.engine.generation import generate_watermarked
 
-from .conftest import REQUIRE, _pg_schema_url
-
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 PROMPTS = [
     "Once upon a time in a small village",
@@ -29,7 +28,7 @@ MAX_NEW_TOKENS = 96
 @pytest.fixture
 def e2e(pg_reason, tmp_path, make_service):
     if pg_reason is None or REQUIRE:
-        gen = _pg_schema_url(pg_reason)
+        gen = schema_url(pg_reason)
         svc = make_service(next(gen))
         yield svc
         svc.ctx.db.dispose()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 
@@ -77,6 +79,35 @@ def test_ok_request_shape(svc1):
     assert set(res) == {"watermarked", "p_value", "key_version", "tokens_scored", "levels"}
     assert res["watermarked"] is False
     assert {"level", "fields", "confidence"} <= set(res["levels"][0])
+
+
+def test_profile_is_read_once_not_per_request(svc1, monkeypatch):
+    """The loaded profile travels with the request and the in-process job: no YAML is read after start-up."""
+
+    def no_yaml(path):
+        raise AssertionError(f"profile file read during a request: {path}")
+
+    monkeypatch.setattr("verifier.engine.profile.load_profile", no_yaml)
+    assert post(svc1, json={"texts": ["An ordinary sentence, not watermarked at all."]}).status_code == 200
+    r = svc1.client.post("/v1/jobs", headers=svc1.auth("auditor", "a-1"), json={"texts": ["Another plain sentence."]})
+    assert r.status_code == 202
+    jid = r.json()["job_id"]
+    for _ in range(300):
+        doc = svc1.client.get(f"/v1/jobs/{jid}", headers=svc1.auth("auditor", "a-1")).json()
+        if doc["status"] in ("done", "failed"):
+            break
+        time.sleep(0.1)
+    assert doc["status"] == "done", doc
+
+
+def test_domain_errors_share_one_handler(lite):
+    """The same service error answers the same status on every route (409: no keys yet)."""
+    verify = lite.client.post("/v1/verify", headers=lite.auth("admin"), json={"texts": ["hello there friend"]})
+    missing = lite.client.post("/v1/keys/1/versions/l1-v1/disable", headers=lite.auth("admin"))
+    assert verify.status_code == 409 and missing.status_code == 404
+    lite.init_keys()
+    active = lite.client.post("/v1/keys/1/versions/l1-v1/disable", headers=lite.auth("admin"))
+    assert active.status_code == 409 and active.json() == {"detail": active.json()["detail"]}
 
 
 def test_no_keys_yet_is_409(lite):

@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 from sqlalchemy import text
 
-from verifier.engine.keystore import KeyStoreError
+from tests.helpers.service import secret_forms
+from verifier.keys.errors import KeyStoreError
 from verifier.keys.kek import KekError
 from verifier.keys.models import KeyVersionRow
 
 
 def _rows(svc) -> list[KeyVersionRow]:
     return svc.ctx.store.version_rows(svc.ctx.profile)
-
-
-def secret_forms(svc) -> list[bytes]:
-    """Every raw master secret and derived table entry, in raw / hex / base64 forms."""
-    store, prof = svc.ctx.store, svc.ctx.profile
-    out = []
-    for row in _rows(svc):
-        if row.ciphertext is None:
-            continue
-        master = store._open(row)
-        table = store._table(prof, row)
-        for raw in [master, *table.entries, *([table.position] if table.position else [])]:
-            out += [
-                raw,
-                raw.hex().encode(),
-                raw.hex().upper().encode(),
-                base64.b64encode(raw),
-                base64.urlsafe_b64encode(raw).rstrip(b"="),
-            ]
-    return out
 
 
 def db_dump(svc) -> bytes:

@@ -6,7 +6,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from .conftest import cached_tokenizer_loader, make_settings
+from tests.helpers.service import cached_tokenizer_loader, make_settings
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -19,7 +21,7 @@ def fuzz_app(hero_home, tmp_path):
 
     app.state.fuzz_token = mint_token(s, "admin", "fuzzer", 3600)
     app.state.ctx.store.initialize(app.state.ctx.profile)
-    app.state.ctx.runner.tokenizer(app.state.ctx.profile.tokenizer)  # load once, outside request timeouts
+    app.state.ctx.tokenizers(app.state.ctx.profile.tokenizer)  # load once, outside request timeouts
     return app
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from .test_keys import secret_forms
+from tests.helpers.service import secret_forms
 
 
 class LeakyRunner:

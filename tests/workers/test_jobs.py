@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 
+import pytest
 from sqlalchemy import func, select
 
+from tests.helpers.workers import make_texts
 from verifier.audit.models import AuditEventRow
 from verifier.audit.service import AuditEvent, verify_chain
-from verifier.jobs import store as jobs
+from verifier.jobs import service as jobs
 from verifier.jobs.models import JobItemRow
 
-from .conftest import make_texts
 
-
-def test_inprocess_job_matches_verify_and_is_owner_only(any_db_url, make_service):
-    svc = make_service(any_db_url)
+def test_inprocess_job_matches_verify_and_is_owner_only(db_url, make_service):
+    svc = make_service(db_url)
     svc.init_keys()
     texts = make_texts(svc, 6, steps=40)
     jid = svc.submit(texts, "moderator", "mod-a")
@@ -45,8 +47,8 @@ def test_inprocess_job_matches_verify_and_is_owner_only(any_db_url, make_service
     assert svc.client.post("/v1/jobs", headers=svc.auth("moderator"), json={"texts": [" "]}).status_code == 422
 
 
-def test_large_job_body_is_accepted(sqlite_url_jobs, make_service):
-    svc = make_service(sqlite_url_jobs, max_body_bytes=4096, job_max_body_bytes=2_000_000)
+def test_large_job_body_is_accepted(sqlite_url, make_service):
+    svc = make_service(sqlite_url, max_body_bytes=4096, job_max_body_bytes=2_000_000)
     svc.init_keys()
     texts = make_texts(svc, 2, steps=40) * 40  # > 4 KiB: too big for /v1/verify, fine as a job
     assert len(json.dumps({"texts": texts})) > 4096
@@ -63,8 +65,8 @@ def _fake(claim):
     return res, evs
 
 
-def test_claims_are_idempotent_and_leases_expire(any_db_url, make_service):
-    svc = make_service(any_db_url)
+def test_claims_are_idempotent_and_leases_expire(db_url, make_service):
+    svc = make_service(db_url)
     db, kek = svc.ctx.db, svc.ctx.store.kek
     jid = jobs.create_job(db, kek, owner_sub="s", role="admin", jti="j", profile="default", max_level=2,
                           alpha=1e-4, texts=["one", "two", "three"])
@@ -87,3 +89,69 @@ def test_claims_are_idempotent_and_leases_expire(any_db_url, make_service):
         n_audit = s.scalar(select(func.count()).select_from(AuditEventRow))
         cts = list(s.scalars(select(JobItemRow.ciphertext).where(JobItemRow.job_id == jid)))
     assert attempts == {0: 2, 1: 2, 2: 1} and n_audit == 3 and cts == [None, None, None]
+
+
+def _items(db, jid):
+    with db.session() as s:
+        items = s.execute(select(JobItemRow.idx, JobItemRow.status, JobItemRow.attempts, JobItemRow.claimed_by)
+                          .where(JobItemRow.job_id == jid)).all()
+        audited = list(s.scalars(select(AuditEventRow.detail).where(AuditEventRow.detail.like(f"job={jid} %"))))
+    return items, audited
+
+
+def test_unfinished_inprocess_job_is_resumed_when_the_api_starts(sqlite_url, make_service, caplog):
+    """A job accepted by a process that died (items pending, one batch claimed under a live lease) is
+    finished by the next API process on the same database, each item stored and audited once."""
+    first = make_service(sqlite_url)
+    first.init_keys()
+    texts = make_texts(first, 6, steps=40)
+    db, kek = first.ctx.db, first.ctx.store.kek
+    jid = jobs.create_job(db, kek, owner_sub="admin-1", role="admin", jti="j", profile="default", max_level=2,
+                          alpha=first.settings.alpha, texts=texts)
+    dead = jobs.claim(db, jid, "api-inprocess:dead:1", 2, lease_s=1.0)  # the dead process's batch
+    assert len(dead.items) == 2 and jobs.job_view(db, jid)[1]["status"] == "running"
+
+    caplog.set_level(logging.INFO, logger="hero.jobs")
+    second = make_service(sqlite_url, job_lease_seconds=5)  # starting up resumes the job
+    doc = second.wait_done(jid, timeout=60)
+    assert doc["results"] == second.verify_inline(texts, "admin")
+    assert jobs.complete(db, dead, [{}] * 2, [AuditEvent("verify", "x", "admin", "j")] * 2, {}) == 0  # too late
+    items, audited = _items(db, jid)
+    assert all(st == "done" for _, st, _, _ in items) and sorted(audited) == sorted(set(audited))
+    assert len(audited) == 6 and {a for i, _, a, _ in items if i < 2} == {2}
+    assert all(by.startswith("api-inprocess:") and by != "api-inprocess:dead:1" for *_, by in items)
+    stored = [r for r in caplog.records if r.getMessage() == "job batch stored"]
+    assert stored and all(r.job_id == jid and r.items > 0 and r.worker.startswith("api-inprocess:") for r in stored)
+
+
+@pytest.mark.slow
+def test_api_killed_mid_job_completes_exactly_once_after_restart(sqlite_url, make_service, start_api):
+    """`hero serve` (in-process jobs) SIGKILLed mid-job; a restarted server finishes the job, and every
+    item is stored and audited exactly once."""
+    import httpx
+
+    svc = make_service(sqlite_url)  # same database: keys, texts, and the reference results
+    svc.init_keys()
+    texts = make_texts(svc, 48, steps=40)
+    api = start_api(sqlite_url, HERO_WORKER_TEST_DELAY_S="1.5")
+    r = httpx.post(f"{api.url}/v1/jobs", json={"texts": texts}, headers=svc.auth("admin", "admin-1"), timeout=30)
+    assert r.status_code == 202, r.text
+    jid = r.json()["job_id"]
+    deadline = time.time() + 90
+    while svc.job(jid)["progress"]["done"] < 16:  # first batch of 16 stored, the second being decoded
+        assert time.time() < deadline, "the API process made no progress"
+        time.sleep(0.05)
+    api.kill()
+    items, _ = _items(svc.ctx.db, jid)
+    assert any(st == "claimed" for _, st, _, _ in items)
+    assert svc.job(jid)["status"] == "running" and svc.job(jid)["progress"]["done"] < 48
+
+    start_api(sqlite_url)
+    doc = svc.wait_done(jid, timeout=120)
+    assert doc["progress"] == {"total": 48, "done": 48}
+    assert doc["results"] == svc.verify_inline(texts, "admin")
+    items, audited = _items(svc.ctx.db, jid)
+    assert all(st == "done" for _, st, _, _ in items)
+    assert any(a >= 2 for _, _, a, _ in items)  # the killed process's batch was claimed again
+    assert len({by for *_, by in items}) == 2  # both processes stored results
+    assert len(audited) == 48 and len(set(audited)) == 48  # each item disclosed and audited exactly once

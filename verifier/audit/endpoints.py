@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
 from verifier.audit.service import list_events, verify_chain
-from verifier.auth.dependencies import Principal, require
+from verifier.auth.dependencies import AuditReader
+from verifier.context import Ctx
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
@@ -44,15 +45,15 @@ class ChainReportOut(BaseModel):
 
 @router.get("/events", response_model=AuditEventsOut, summary="Audit events after an index")
 def events(
-    request: Request,
+    ctx: Ctx,
+    p: AuditReader,
     after: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    p: Principal = Depends(require("audit.read")),
 ) -> dict:
-    evs = list_events(request.app.state.ctx.db, after, limit)
+    evs = list_events(ctx.db, after, limit)
     return {"events": evs, "next_after": evs[-1]["idx"] if len(evs) == limit else None}
 
 
 @router.get("/verify", response_model=ChainReportOut, summary="Check the hash chain; report the first broken index")
-def verify(request: Request, p: Principal = Depends(require("audit.read"))) -> dict:
-    return verify_chain(request.app.state.ctx.db).to_dict()
+def verify(ctx: Ctx, p: AuditReader) -> dict:
+    return verify_chain(ctx.db).to_dict()

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from verifier.audit import repository as repo
 from verifier.audit.models import AuditEventRow
 from verifier.db import Database
+from verifier.errors import Unavailable
 
 GENESIS = "0" * 64
 HASHED_FIELDS = (
@@ -36,8 +37,19 @@ HASHED_FIELDS = (
 )
 
 
-class AuditUnavailable(RuntimeError):
-    """The audit log could not be written: the caller must not release the result."""
+class AuditUnavailable(Unavailable):
+    """The audit log could not be written: the caller must not release the result or keep the change."""
+
+    public_detail = "audit log unavailable; nothing was released or changed"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who an audited action is for: the token's subject, role and token id."""
+
+    subject: str
+    role: str
+    jti: str
 
 
 @dataclass
@@ -100,6 +112,14 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
         rows.append(row)
     s.flush()
     return rows
+
+
+def append_or_fail(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
+    """`append`, with any failure raised as AuditUnavailable (the caller's transaction then rolls back)."""
+    try:
+        return append(s, events)
+    except Exception as exc:  # any failure means: no audit row, so no answer and no change
+        raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
 
 
 def record(db: Database, events: Sequence[AuditEvent]) -> list[AuditEventRow]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +14,8 @@ from pathlib import Path
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from verifier.secretfile import write_secret
 
 KEY_FILE = "signing-key.pem"
 
@@ -31,22 +31,11 @@ def _b64u(b: bytes) -> str:
 def _load_or_create(directory: Path) -> Ed25519PrivateKey:
     path = directory / KEY_FILE
     if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         key = Ed25519PrivateKey.generate()
         pem = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(pem)
-            try:
-                os.link(tmp, path)  # never replace a key another process created meanwhile
-            except FileExistsError:
-                pass
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        write_secret(path, pem, replace=False)  # never replace a key another process created meanwhile
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise DevModeError(f"{path} is not an Ed25519 key")

@@ -7,8 +7,9 @@ import sys
 from collections.abc import Callable
 
 from verifier.cli import bench, decode, evaluate, generate, keys, service, worker
+from verifier.errors import DomainError
 
-CommandError = (ValueError, RuntimeError, OSError, LookupError)
+CommandError = (DomainError, ValueError, RuntimeError, OSError, LookupError)
 COMMAND_MODULES = [keys, generate, decode, service, bench, worker, evaluate]
 
 

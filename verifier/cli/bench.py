@@ -150,8 +150,8 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
     """
     from verifier.engine.generation import generate_watermarked
     from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
-    from verifier.engine.models import load_model
     from verifier.engine.profile import default_profile
+    from verifier.lm import load_model
 
     model, tokenizer = load_model(model_name, device)
     profile = default_profile()
@@ -189,7 +189,7 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
 
 def tokenize_figures(batch: int, tokens: int = 200, reps: int = 10, name: str = "smollm2") -> dict:
     """Batched fast-tokenizer throughput (what Decoder.decode_texts calls) vs one text at a time."""
-    from verifier.engine.models import load_tokenizer
+    from verifier.lm import load_tokenizer
 
     tok = load_tokenizer(name)
     words = "the watermark survives light edits while the verifier reads every token of the text".split()

@@ -1,4 +1,4 @@
-"""Helpers shared by CLI commands: profile and key-store resolution."""
+"""Helpers shared by CLI commands: settings (read once per command), profile and key-store resolution."""
 
 from __future__ import annotations
 
@@ -7,40 +7,49 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from verifier.engine.profile import PROFILES_DIR, Profile, load_profile
+from verifier.engine.profile import resolve_profile
 
 if TYPE_CHECKING:
     from verifier.db import Database
     from verifier.keys.service import DbKeyStore
+    from verifier.settings import Settings
+
+__all__ = ["add_profile_arg", "cli_settings", "emit", "open_database", "open_store", "resolve_profile"]
 
 
 def add_profile_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="default", help="profile name under policies/profiles or a YAML path")
 
 
-def resolve_profile(name: str) -> Profile:
-    path = PROFILES_DIR / f"{name}.yaml"
-    return load_profile(path if path.exists() else name)
-
-
-def open_database() -> Database:
-    """The service database from HERO_* settings; SQLite (embedded default) is migrated on open."""
-    from verifier.db import Database, upgrade
+def cli_settings(args: argparse.Namespace | None = None) -> Settings:
+    """The HERO_* settings of this command, read from the environment once."""
     from verifier.settings import Settings
 
-    settings = Settings()
+    cached = getattr(args, "hero_settings", None)
+    if cached is None:
+        cached = Settings()
+        if args is not None:
+            args.hero_settings = cached
+    return cached
+
+
+def open_database(settings: Settings | None = None) -> Database:
+    """The service database; SQLite (embedded default) is migrated on open."""
+    from verifier.db import Database, upgrade
+
+    settings = settings or cli_settings()
     if settings.should_auto_migrate:
         upgrade(settings.db_url)
     return Database(settings.db_url)
 
 
-def open_store() -> DbKeyStore:
+def open_store(settings: Settings | None = None) -> DbKeyStore:
     """The service's encrypted key store (same DB and KEK as `hero serve`)."""
     from verifier.keys.kek import make_kek_provider
     from verifier.keys.service import DbKeyStore
-    from verifier.settings import Settings
 
-    return DbKeyStore(open_database(), make_kek_provider(Settings()))
+    settings = settings or cli_settings()
+    return DbKeyStore(open_database(settings), make_kek_provider(settings))
 
 
 def emit(obj: object) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_settings, emit, open_store, resolve_profile
 from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder
 
 
@@ -54,10 +54,10 @@ def cmd_decode(args: argparse.Namespace) -> None:
     text = read_text(args)
     if not text.strip():
         raise DecodeError("text is empty")
-    tables = open_store().verification_tables(profile, max_level)
+    tables = open_store(cli_settings(args)).verification_tables(profile, max_level)
     if max(tables) < max_level:
         raise DecodeError(f"no usable keys for level {max(tables) + 1}")
-    from verifier.engine.models import load_tokenizer
+    from verifier.lm import load_tokenizer
 
     decoder = Decoder(profile, tables, alpha=args.alpha)
     (result,) = decoder.decode_texts([text], load_tokenizer(profile.tokenizer))

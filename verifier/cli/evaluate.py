@@ -39,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> None:
     import torch
 
-    from verifier.engine.models import load_model
     from verifier.evaluation.methods import ALL_METHODS
     from verifier.evaluation.runner import Config, Runner, quick_summary
+    from verifier.lm import load_model
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)

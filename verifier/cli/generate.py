@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_settings, emit, open_store, resolve_profile
 from verifier.engine.payload import encode_payload, parse_field_args
 
 
@@ -34,9 +34,9 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise ValueError("--max-new-tokens must be in 1..4096")
     if not 0 <= args.min_new_tokens <= args.max_new_tokens:
         raise ValueError("--min-new-tokens must be in 0..--max-new-tokens")
-    keyset = open_store().active_keyset(profile)
+    keyset = open_store(cli_settings(args)).active_keyset(profile)
     from verifier.engine.generation import generate_watermarked
-    from verifier.engine.models import load_model
+    from verifier.lm import load_model
 
     model, tokenizer = load_model(args.model)
     (gen,) = generate_watermarked(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from verifier.cli.common import add_profile_arg, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_settings, emit, open_store, resolve_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,18 +35,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_init(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
-    versions = open_store().initialize(profile)
+    versions = open_store(cli_settings(args)).initialize(profile)
     emit({"profile": profile.name, "versions": [v.to_dict() for v in versions]})
 
 
 def cmd_list(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
-    emit({"profile": profile.name, "versions": [v.to_dict() for v in open_store().versions(profile)]})
+    emit({"profile": profile.name, "versions": [v.to_dict() for v in open_store(cli_settings(args)).versions(profile)]})
 
 
 def cmd_rotate(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
-    v = open_store().rotate(profile, args.level)
+    v = open_store(cli_settings(args)).rotate(profile, args.level)
     emit({"profile": profile.name, "version": v.to_dict()})
 
 
@@ -54,7 +54,7 @@ def cmd_disable(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
     profile = resolve_profile(args.profile)
-    row = open_store().disable(profile, args.level, args.version)
+    row = open_store(cli_settings(args)).disable(profile, args.level, args.version)
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
@@ -62,5 +62,5 @@ def cmd_destroy(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
     profile = resolve_profile(args.profile)
-    row = open_store().destroy(profile, args.level, args.version, confirm=args.confirm)
+    row = open_store(cli_settings(args)).destroy(profile, args.level, args.version, confirm=args.confirm)
     emit({"profile": profile.name, "version": version_meta(row)})

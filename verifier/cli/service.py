@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from verifier.cli.common import emit
+from verifier.cli.common import cli_settings, emit, open_database, open_store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,15 +42,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     from verifier.app import create_app
     from verifier.logs import configure_logging
-    from verifier.settings import Settings
 
-    settings = Settings()
+    settings = cli_settings(args)
     configure_logging(settings.log_level)
     app = create_app(settings)
     ctx = app.state.ctx
-    warm = getattr(ctx.runner, "tokenizer", None)
-    if warm is not None:
-        warm(ctx.profile.tokenizer)  # load now, not on the first request
+    ctx.tokenizers(ctx.profile.tokenizer)  # load now, not on the first request
     uvicorn.run(
         app,
         host=args.host or settings.host,
@@ -64,9 +61,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_token(args: argparse.Namespace) -> None:
     from verifier.auth.devkeys import mint_token
     from verifier.auth.policy import load_policy
-    from verifier.settings import Settings
 
-    settings = Settings()
+    settings = cli_settings(args)
     if not settings.dev_mode:
         raise RuntimeError("hero token only works in dev mode (HERO_DEV_MODE=1)")
     if load_policy(settings.roles_file).role(args.role) is None:
@@ -76,25 +72,21 @@ def cmd_token(args: argparse.Namespace) -> None:
 
 def cmd_db_upgrade(args: argparse.Namespace) -> None:
     from verifier.db import upgrade
-    from verifier.settings import Settings
 
-    upgrade(Settings().db_url)
+    upgrade(cli_settings(args).db_url)
     emit({"database": "upgraded", "revision": "head"})
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from verifier.audit.service import verify_chain
-    from verifier.cli.common import open_database
 
-    report = verify_chain(open_database())
+    report = verify_chain(open_database(cli_settings(args)))
     emit(report.to_dict())
     return 0 if report.valid else 1
 
 
 def cmd_kek_rotate(args: argparse.Namespace) -> None:
-    from verifier.cli.common import open_store
-
-    store = open_store()
+    store = open_store(cli_settings(args))
     kek = store.kek
     old = kek.ids()
     new_id = kek.rotate()

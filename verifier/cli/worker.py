@@ -17,9 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> None:
     from verifier.logs import configure_logging
-    from verifier.settings import Settings
+    from verifier.settings import get_settings
 
-    settings = Settings()
+    settings = get_settings()  # the same object workers.app builds its Celery app from
     if not settings.broker_url:
         raise RuntimeError("HERO_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
     configure_logging(settings.log_level)

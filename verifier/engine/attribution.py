@@ -17,9 +17,9 @@ cell (position segment, or the single cell of a per-value level). Decisions (doc
   spliced text may come from different sources; prefixes and suffixes are decoded the same way
   (thresholds also divided by the number of regions) to name the sources. Residual risk: a splice
   whose minority source stays below both tests in one segment while winning another (spec 13.4).
-- Confidence = posterior probability that the released value is exactly right, under the model "the
-  true value's per-token evidence is Exp(rate r), every other value's Exp(1)", with r integrated over
-  a grid (uniform prior) instead of plugged in: exp((1 - r) S) likelihood ratios.
+- Confidence = posterior probability that the released value is exactly right: uniform prior over the
+  values, every other value's score exactly Gamma(n, 1), the true value's approximately Normal(n m, v n)
+  with its mean evidence per token m integrated over a grid (not plugged in); segments share m.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ from torch import Tensor
 
 from verifier.engine import stats
 
-RATE_GRID = torch.linspace(0.02, 1.0, 50, dtype=torch.float64)
+# Confidence model: a value no source carried scores Gamma(n, 1) (exact, the null); the true value's score
+# is approximately Normal(n m, v n), m its mean evidence per token (uniform prior on MEAN_GRID) and v the
+# per-token variance of the chosen token's evidence -log(1 - U), which lies between 1 (a certain token)
+# and pi^2/6 (a uniform choice among many), so v = 1.3.
+MEAN_GRID = torch.linspace(1.0, 10.0, 91, dtype=torch.float64)
+TRUE_VARIANCE = 1.3
 # A segmented value (whole text or a region) is released only if no segment's runner-up has p <= 1e-3:
 # a weakly supported second value in one segment may mean the winners come from two sources. Costs
 # about K x 1e-3 of single-source releases (a null runner-up's p-value is uniform).
@@ -119,20 +124,27 @@ def _join(winners: list[int], bits: int) -> int:
     return v
 
 
+def _log_lr(scores: Tensor, n: Tensor) -> Tensor:
+    """log [N(S; n m, v n) / Gamma(n, 1) density at S] for every mean m of MEAN_GRID: [G, cells, C]."""
+    nk = n.to(torch.float64).view(1, -1, 1)
+    s = scores.unsqueeze(0)
+    m = MEAN_GRID.view(-1, 1, 1)
+    log_normal = -0.5 * (s - nk * m) ** 2 / (TRUE_VARIANCE * nk) - 0.5 * torch.log(2 * math.pi * TRUE_VARIANCE * nk)
+    log_gamma = (nk - 1) * torch.log(s.clamp_min(1e-300)) - s - torch.lgamma(nk)
+    return log_normal - log_gamma
+
+
 def posterior(scores: Tensor, n: Tensor, winners: list[int]) -> tuple[float, Tensor]:
-    """(P[value == winners], per-cell marginals [cells, C]) with the rate r integrated over RATE_GRID."""
+    """(P[value == winners], per-cell marginals [cells, C]); see the module docstring."""
     live = n > 0
     s = scores[live]
     if s.numel() == 0:
         return 0.0, torch.full_like(scores, 1.0 / scores.shape[1])
     c = s.shape[1]
-    t = (1.0 - RATE_GRID).view(-1, 1, 1)  # [G, 1, 1]
-    logits = t * s.unsqueeze(0)  # [G, cells, C]
+    logits = _log_lr(s, n[live])  # [G, cells, C]
     log_z = torch.logsumexp(logits, dim=2)  # [G, cells]
-    nk = n[live].to(torch.float64)
-    log_lik = (nk * RATE_GRID.log().view(-1, 1) + log_z - math.log(c)).sum(1)  # [G]
-    w = torch.softmax(log_lik, 0)  # uniform prior over the grid
-    log_post = logits - log_z.unsqueeze(2)  # [G, cells, C]
+    w = torch.softmax((log_z - math.log(c)).sum(1), 0)  # posterior over the mean (uniform prior on the grid)
+    log_post = logits - log_z.unsqueeze(2)
     idx = torch.tensor([wv for wv, ok in zip(winners, live.tolist(), strict=True) if ok])
     joint = log_post.gather(2, idx.view(1, -1, 1).expand(log_post.shape[0], -1, 1)).squeeze(2).sum(1)  # [G]
     conf = float((w * joint.exp()).sum())

@@ -118,6 +118,3 @@ class KeySet:
         if pos is None:
             raise ValueError("key set has no level-1 table")
         return pos
-
-    def version_label(self) -> str:
-        return ",".join(t.version for t in self.tables)

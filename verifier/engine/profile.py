@@ -145,6 +145,63 @@ def _int(d: dict[str, Any], key: str, where: str, default: int | None = None) ->
     return v
 
 
+def _fields(raw_fields: Any, lw: str, where: str, seen: set[str]) -> tuple[Field, ...]:
+    if not isinstance(raw_fields, list) or not raw_fields:
+        raise ProfileError(f"{lw}: 'fields' must be a non-empty list")
+    fields: list[Field] = []
+    for rf in raw_fields:
+        if not isinstance(rf, dict):
+            raise ProfileError(f"{lw}: each field must be a mapping with name and bits")
+        fname = rf.get("name")
+        if not isinstance(fname, str) or not _NAME_RE.match(fname):
+            raise ProfileError(f"{lw}: field name {fname!r} must match {_NAME_RE.pattern}")
+        if fname in seen:
+            raise ProfileError(f"{where}: field {fname!r} is defined twice")
+        seen.add(fname)
+        fbits = _int(rf, "bits", f"{lw} field {fname!r}")
+        if fbits < 1:
+            raise ProfileError(f"{lw} field {fname!r}: bits must be >= 1")
+        fields.append(Field(fname, fbits))
+    return tuple(fields)
+
+
+def _level(raw: Any, i: int, last: bool, segments: int, where: str, seen: set[str], spec_version: int) -> Level:
+    """Level i (1-based): bits, chunks (all but the last level route into chunks), fields, encoding."""
+    lw = f"{where} level {i}"
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{lw}: must be a mapping")
+    bits = _int(raw, "bits", lw)
+    if not 1 <= bits <= 8:
+        raise ProfileError(f"{lw}: bits must be in 1..8 (2^bits candidates are tried per segment)")
+    chunks: int | None = None
+    if not last:
+        chunks = _int(raw, "chunks", lw, DEFAULT_FIRST_CHUNKS if i == 1 else DEFAULT_DEEPER_CHUNKS)
+        if chunks < 2:
+            raise ProfileError(f"{lw}: chunks must be >= 2")
+    elif "chunks" in raw:
+        raise ProfileError(f"{lw}: the last level samples inside its chunk and takes no 'chunks'")
+    raw_fields = raw.get("fields")
+    if raw_fields is None:
+        raw_fields = [{"name": f"level{i}", "bits": bits * segments}]
+    fields = _fields(raw_fields, lw, where, seen)
+    total = sum(f.bits for f in fields)
+    if total != bits * segments:
+        raise ProfileError(f"{lw}: fields hold {total} bits but the level carries bits x segments = {bits * segments}")
+    encoding = raw.get("encoding", "segments" if spec_version == 1 or i == 1 else "value")
+    if encoding not in ENCODINGS:
+        raise ProfileError(f"{lw}: encoding must be one of {ENCODINGS}, got {encoding!r}")
+    if encoding == "value" and spec_version < 2:
+        raise ProfileError(f"{lw}: encoding 'value' needs spec_version 2")
+    if encoding == "value" and i == 1:
+        raise ProfileError(f"{lw}: level 1 carries the position key and must use encoding 'segments'")
+    if encoding == "value" and bits * segments > MAX_VALUE_BITS:
+        raise ProfileError(
+            f"{lw}: a per-value level is decoded over all 2^bits values; {bits * segments} bits exceeds "
+            f"{MAX_VALUE_BITS}"
+        )
+    return Level(bits=bits, fields=fields, chunks=chunks, encoding=encoding, segments=segments)
+
+
 def profile_from_dict(data: dict[str, Any]) -> Profile:
     """Build and validate a profile; every rule that decoding relies on is checked here."""
     if not isinstance(data, dict):
@@ -168,60 +225,11 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
     raw_levels = data.get("levels")
     if not isinstance(raw_levels, list) or not raw_levels:
         raise ProfileError(f"{where}: 'levels' must be a non-empty list")
-    levels: list[Level] = []
     seen: set[str] = set()
-    for i, raw in enumerate(raw_levels, start=1):
-        lw = f"{where} level {i}"
-        if not isinstance(raw, dict):
-            raise ProfileError(f"{lw}: must be a mapping")
-        bits = _int(raw, "bits", lw)
-        if not 1 <= bits <= 8:
-            raise ProfileError(f"{lw}: bits must be in 1..8 (2^bits candidates are tried per segment)")
-        last = i == len(raw_levels)
-        chunks: int | None = None
-        if not last:
-            chunks = _int(raw, "chunks", lw, DEFAULT_FIRST_CHUNKS if i == 1 else DEFAULT_DEEPER_CHUNKS)
-            if chunks < 2:
-                raise ProfileError(f"{lw}: chunks must be >= 2")
-        elif "chunks" in raw:
-            raise ProfileError(f"{lw}: the last level samples inside its chunk and takes no 'chunks'")
-        raw_fields = raw.get("fields")
-        if raw_fields is None:
-            raw_fields = [{"name": f"level{i}", "bits": bits * segments}]
-        if not isinstance(raw_fields, list) or not raw_fields:
-            raise ProfileError(f"{lw}: 'fields' must be a non-empty list")
-        fields: list[Field] = []
-        for rf in raw_fields:
-            if not isinstance(rf, dict):
-                raise ProfileError(f"{lw}: each field must be a mapping with name and bits")
-            fname = rf.get("name")
-            if not isinstance(fname, str) or not _NAME_RE.match(fname):
-                raise ProfileError(f"{lw}: field name {fname!r} must match {_NAME_RE.pattern}")
-            if fname in seen:
-                raise ProfileError(f"{where}: field {fname!r} is defined twice")
-            seen.add(fname)
-            fbits = _int(rf, "bits", f"{lw} field {fname!r}")
-            if fbits < 1:
-                raise ProfileError(f"{lw} field {fname!r}: bits must be >= 1")
-            fields.append(Field(fname, fbits))
-        total = sum(f.bits for f in fields)
-        if total != bits * segments:
-            raise ProfileError(
-                f"{lw}: fields hold {total} bits but the level carries bits x segments = {bits * segments}"
-            )
-        encoding = raw.get("encoding", "segments" if spec_version == 1 or i == 1 else "value")
-        if encoding not in ENCODINGS:
-            raise ProfileError(f"{lw}: encoding must be one of {ENCODINGS}, got {encoding!r}")
-        if encoding == "value" and spec_version < 2:
-            raise ProfileError(f"{lw}: encoding 'value' needs spec_version 2")
-        if encoding == "value" and i == 1:
-            raise ProfileError(f"{lw}: level 1 carries the position key and must use encoding 'segments'")
-        if encoding == "value" and bits * segments > MAX_VALUE_BITS:
-            raise ProfileError(
-                f"{lw}: a per-value level is decoded over all 2^bits values; {bits * segments} bits exceeds "
-                f"{MAX_VALUE_BITS}"
-            )
-        levels.append(Level(bits=bits, fields=tuple(fields), chunks=chunks, encoding=encoding, segments=segments))
+    levels = tuple(
+        _level(raw, i, i == len(raw_levels), segments, where, seen, spec_version)
+        for i, raw in enumerate(raw_levels, start=1)
+    )
     routed = math.prod(lv.chunks for lv in levels[:-1])  # type: ignore[misc]
     if routed > vocab:
         raise ProfileError(
@@ -233,16 +241,8 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
     tokenizer = data.get("tokenizer", "smollm2")
     if not isinstance(tokenizer, str):
         raise ProfileError(f"{where}: 'tokenizer' must be a string")
-    return Profile(
-        name=name,
-        vocab_size=vocab,
-        segments=segments,
-        levels=tuple(levels),
-        context_width=h,
-        tokenizer=tokenizer,
-        spec_version=spec_version,
-        routing=routing,
-    )
+    return Profile(name=name, vocab_size=vocab, segments=segments, levels=levels, context_width=h,
+                   tokenizer=tokenizer, spec_version=spec_version, routing=routing)
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -256,6 +256,12 @@ def load_profile(path: str | Path) -> Profile:
 
 
 PROFILES_DIR = project_root() / "policies" / "profiles"
+
+
+def resolve_profile(name_or_path: str) -> Profile:
+    """A profile by name (a file under policies/profiles) or by path to a YAML file."""
+    path = PROFILES_DIR / f"{name_or_path}.yaml"
+    return load_profile(path if path.exists() else name_or_path)
 
 
 def default_profile() -> Profile:

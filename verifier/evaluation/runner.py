@@ -112,7 +112,7 @@ class Runner:
         self.log = log
         self.t0 = time.time()
         self.results: dict = {"config": asdict(cfg), "cells": {}, "skipped": [], "timings": {}}
-        from verifier.engine.corpus import bbc_prompts_and_humans, prompt_from_article
+        from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 
         n_max = max(cfg.prompts, cfg.small)
         arts, humans = bbc_prompts_and_humans(n_max, cfg.humans, cfg.seed)
@@ -419,7 +419,7 @@ class Runner:
         AttributionSection(self).run()
 
     def section_gemma(self) -> None:
-        from verifier.engine.models import load_model
+        from verifier.lm import load_model
 
         cfg = self.cfg
         gm, gt = load_model("gemma3-270m")

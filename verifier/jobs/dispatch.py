@@ -1,7 +1,8 @@
 """Who runs a job's drains: this process (no broker configured) or Celery workers (HERO_BROKER_URL).
 
 Both call `verifier.jobs.drain.drain`; the job state lives in the database either way, so a lost
-message (broker restart, crashed publisher) only delays a job: workers re-enqueue stale jobs.
+message (broker restart, crashed publisher) or a dead API process only delays a job: Celery workers
+re-enqueue stale jobs, and an API process draining in process resumes unfinished jobs when it starts.
 """
 
 from __future__ import annotations
@@ -11,23 +12,44 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
+from verifier.db import Database
+from verifier.jobs import service as jobs
 from verifier.jobs.drain import DrainContext, drain
 from verifier.settings import Settings
 
 log = logging.getLogger("hero.jobs")
 
-DRAIN_TASK = "hero.drain_job"
-QUEUE = "gpu"
+
+class Dispatcher(Protocol):
+    backend: str
+
+    def start(self) -> None: ...
+
+    def submit(self, job_id: str) -> None: ...
+
+    def ping(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class InProcessDispatcher:
     backend = "inprocess"
 
-    def __init__(self, make_context: Callable[[], DrainContext]) -> None:
+    def __init__(self, db: Database, make_context: Callable[[], DrainContext]) -> None:
+        self._db = db
         self._make = make_context
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job")
         self._closed = threading.Event()
+
+    def start(self) -> None:
+        """Resume the jobs a previous process left unfinished (claims it held expire with their lease)."""
+        ids = jobs.unfinished_jobs(self._db)
+        for job_id in ids:
+            self.submit(job_id)
+        if ids:
+            log.info("resuming unfinished jobs", extra={"jobs": len(ids)})
 
     def submit(self, job_id: str) -> None:
         self._pool.submit(self._run, job_id)
@@ -39,7 +61,7 @@ class InProcessDispatcher:
                 return
             try:
                 out = drain(dc, job_id)
-            except Exception as exc:  # the job stays in the DB; a later submit resumes it
+            except Exception as exc:  # the job stays in the DB; a later submit or start-up resumes it
                 log.error("job drain failed", extra={"job_id": job_id, "error": exc.__class__.__name__})
                 return
             if out.wait is None:
@@ -58,15 +80,19 @@ class CeleryDispatcher:
     backend = "celery"
 
     def __init__(self, settings: Settings) -> None:
-        from workers.app import make_celery
+        from verifier.jobs.queue import make_celery
 
         assert settings.broker_url
         self.url = settings.broker_url
         self.app = make_celery(settings)
 
+    def start(self) -> None:
+        return None  # workers re-enqueue stale jobs (verifier.jobs.recovery)
+
     def submit(self, job_id: str) -> None:
-        # The message is {"job_id": ...} only: no text, no key material.
-        self.app.send_task(DRAIN_TASK, kwargs={"job_id": job_id}, queue=QUEUE, retry=False)
+        from verifier.jobs.queue import send_drain
+
+        send_drain(self.app, job_id)
 
     def ping(self) -> None:
         import redis

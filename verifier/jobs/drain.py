@@ -7,24 +7,46 @@ It is idempotent: a second call for a finished job, or a re-delivered message, f
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verifier.audit.service import AuditEvent
+from verifier.audit.service import Actor
 from verifier.auth.policy import Policy
 from verifier.db import Database
-from verifier.engine.decoder import DecodeError
-from verifier.engine.keystore import KeyStoreError
-from verifier.engine.profile import Profile
-from verifier.jobs import store as jobs
-from verifier.jobs.decode import decode_with_material
-from verifier.jobs.keys import handed_summary, tables_for
-from verifier.keys.kek import KekError
+from verifier.engine.profile import Profile, resolve_profile
+from verifier.errors import DomainError
+from verifier.jobs import service as jobs
+from verifier.jobs.material import handed_summary, tables_for
 from verifier.keys.service import DbKeyStore
+from verifier.settings import Settings
+from verifier.verify.decode import decode_material
+from verifier.verify.release import audit_events, shape
 
 log = logging.getLogger("hero.jobs")
+
+
+def process_name(prefix: str) -> str:
+    """`prefix:host:pid`: which process claimed (and stored) an item."""
+    return f"{prefix}:{socket.gethostname()}:{os.getpid()}"
+
+
+def profile_lookup(*known: Profile) -> Callable[[str], Profile]:
+    """Profile by the name stored on a job row: the loaded ones as they are, others read once per process."""
+    cache = {p.name: p for p in known}
+    lock = threading.Lock()
+
+    def get(name: str) -> Profile:
+        with lock:
+            if name not in cache:
+                cache[name] = resolve_profile(name)
+            return cache[name]
+
+    return get
 
 
 @dataclass
@@ -32,17 +54,28 @@ class DrainContext:
     db: Database
     store: DbKeyStore
     profiles: Callable[[str], Profile]
-    tokenizer: Callable[[str], Any]  # tokenizer name -> tokenizer (cached by the caller)
+    tokenizer: Callable[[str], Any]  # tokenizer name -> tokenizer (the process's TokenizerCache)
     policy: Policy | None
     worker: str
     batch_size: int = 32
     lease_s: float = 60.0
     max_attempts: int = 5
     device: str = "cpu"
-    delay_s: float = 0.0  # test hook only (see workers.runtime): sleep before storing each batch
+    delay_s: float = 0.0  # test hook only (Settings.drain_delay_s): sleep before storing each batch
 
     def __repr__(self) -> str:
         return f"DrainContext(worker={self.worker!r}, batch={self.batch_size})"
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, db: Database, store: DbKeyStore, policy: Policy | None,
+        profiles: Callable[[str], Profile], tokenizer: Callable[[str], Any], *, worker: str, device: str = "cpu",
+    ) -> DrainContext:
+        return cls(
+            db=db, store=store, profiles=profiles, tokenizer=tokenizer, policy=policy, worker=process_name(worker),
+            batch_size=settings.job_batch_size, lease_s=settings.job_lease_seconds,
+            max_attempts=settings.job_max_attempts, device=device, delay_s=settings.drain_delay_s,
+        )
 
 
 @dataclass
@@ -51,28 +84,7 @@ class DrainOutcome:
     wait: float | None  # seconds until another worker's lease expires (items left but not claimable now)
 
 
-def _events(job: jobs.JobInfo, claim: jobs.Claim, results: list[dict]) -> list[AuditEvent]:
-    from verifier.verify.service import _outcome
-
-    return [
-        AuditEvent(
-            action="verify",
-            subject=job.owner_sub,
-            role=job.role,
-            jti=job.jti,
-            levels=[lv["level"] for lv in r["levels"]],
-            key_version=",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in r["levels"]) or None,
-            text_sha256=sha,
-            outcome=_outcome(r),
-            detail=f"job={job.id} item={idx}",
-        )
-        for (_, idx, _, _, sha), r in zip(claim.items, results, strict=True)
-    ]
-
-
 def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
-    from verifier.verify.service import _shape
-
     written = 0
     profile = material = handed = None
     try:
@@ -93,17 +105,19 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
                     handed = handed_summary(material)
                 assert profile is not None and handed is not None
                 tok = dc.tokenizer(profile.tokenizer)
-                raw = decode_with_material(material, profile, texts, c.job.alpha, tok, dc.device)
-            except (DecodeError, KeyStoreError, KekError) as exc:
-                msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-                jobs.fail(dc.db, job_id, msg)
+                raw = decode_material(material, profile, texts, c.job.alpha, tok, dc.device)
+            except DomainError as exc:
+                jobs.fail(dc.db, job_id, str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
                 log.warning("job failed", extra={"job_id": job_id, "error": exc.__class__.__name__})
                 return DrainOutcome(written, None)
             del texts
-            results = [_shape(r, c.job.max_level) for r in raw]
+            results = [shape(r, c.job.max_level) for r in raw]
+            actor = Actor(c.job.owner_sub, c.job.role, c.job.jti)
+            details = [f"job={c.job.id} item={idx}" for _, idx, *_ in c.items]
+            events = audit_events(actor, [sha for *_, sha in c.items], results, details)
             if dc.delay_s:
                 time.sleep(dc.delay_s)
-            n = jobs.complete(dc.db, c, results, _events(c.job, c, results), handed)
+            n = jobs.complete(dc.db, c, results, events, handed)
             written += n
             log.info("job batch stored", extra={"job_id": job_id, "items": n, "worker": dc.worker})
     finally:

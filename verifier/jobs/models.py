@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy import CheckConstraint, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from verifier.db import Base
@@ -10,6 +10,10 @@ from verifier.db import Base
 
 class JobRow(Base):
     __tablename__ = "hero_jobs"
+    __table_args__ = (
+        CheckConstraint("status IN ('queued', 'running', 'done', 'failed')", name="ck_hero_jobs_status"),
+        Index("ix_hero_jobs_status_updated", "status", "updated_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     owner_sub: Mapped[str] = mapped_column(String(256), nullable=False)
@@ -20,7 +24,7 @@ class JobRow(Base):
     alpha: Mapped[float] = mapped_column(Float, nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     total: Mapped[int] = mapped_column(Integer, nullable=False)
-    done: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    done: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     created_at: Mapped[float] = mapped_column(Float, nullable=False)
     updated_at: Mapped[float] = mapped_column(Float, nullable=False)
     enqueued_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -35,6 +39,11 @@ class JobRow(Base):
 
 class JobItemRow(Base):
     __tablename__ = "hero_job_items"
+    __table_args__ = (
+        UniqueConstraint("job_id", "idx", name="uq_hero_job_items_idx"),
+        CheckConstraint("status IN ('pending', 'claimed', 'done')", name="ck_hero_job_items_status"),
+        Index("ix_hero_job_items_job_status", "job_id", "status"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(String(36), ForeignKey("hero_jobs.id", ondelete="CASCADE"), nullable=False)
@@ -46,7 +55,7 @@ class JobItemRow(Base):
     claim_token: Mapped[str | None] = mapped_column(String(32), nullable=True)
     claimed_by: Mapped[str | None] = mapped_column(String(256), nullable=True)
     lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
-    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     result: Mapped[str | None] = mapped_column(Text, nullable=True)
     done_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 

@@ -1,92 +1,61 @@
-"""/v1/keys: list, init, rotate, disable, destroy (metadata only in every response)."""
+"""/v1/keys: list, init, rotate, disable, destroy (metadata only in every response).
+
+Each change commits together with its audit event (`DbKeyStore` takes the caller as `actor`).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from fastapi import APIRouter, Path
 
-from verifier.audit.service import AuditEvent, AuditUnavailable, record
-from verifier.auth.dependencies import Principal, require
-from verifier.engine.keystore import KeyStoreError
+from verifier.auth.dependencies import KeyAdmin, KeyReader
+from verifier.context import Ctx, ServiceContext
+from verifier.errors import NotFound
 from verifier.keys.schemas import DestroyIn, KeyListOut, KeyVersionOut
-from verifier.keys.service import KeyConflict, KeyNotFound, version_meta
+from verifier.keys.service import version_meta
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"])
 
 Level = Annotated[int, Path(ge=1, le=64, description="key level (1 = public)")]
 Version = Annotated[str, Path(pattern=r"^l[0-9]{1,4}-v[0-9]{1,9}$", max_length=32, description="e.g. l1-v2")]
+ADMIN_RESPONSES: dict = {401: {}, 403: {}, 404: {}, 409: {}, 422: {}, 503: {}}
 
 
-def _ctx(request: Request):
-    return request.app.state.ctx
+def _level_ok(ctx: ServiceContext, level: int) -> None:
+    if level > ctx.profile.depth:
+        raise NotFound(f"profile has levels 1..{ctx.profile.depth}")
 
 
-def _audit(request: Request, p: Principal, action: str, level: int | None, version: str | None, outcome: str) -> None:
-    try:
-        record(
-            _ctx(request).db,
-            [AuditEvent(action, p.sub, p.role, p.jti, [level] if level else [], version, None, outcome)],
-        )
-    except AuditUnavailable:
-        raise HTTPException(503, "audit log unavailable; the change was made but could not be recorded") from None
-
-
-def _level_ok(request: Request, level: int) -> None:
-    depth = _ctx(request).profile.depth
-    if level > depth:
-        raise HTTPException(404, f"profile has levels 1..{depth}")
-
-
-def _map(exc: KeyStoreError) -> HTTPException:
-    if isinstance(exc, KeyNotFound):
-        return HTTPException(404, str(exc))
-    if isinstance(exc, KeyConflict):
-        return HTTPException(409, str(exc))
-    return HTTPException(422, str(exc))
+def _listing(ctx: ServiceContext) -> dict:
+    rows = ctx.store.version_rows(ctx.profile)
+    return {"profile": ctx.profile.name, "levels": ctx.profile.depth, "versions": [version_meta(r) for r in rows]}
 
 
 @router.get("", response_model=KeyListOut, summary="List key versions (metadata only)")
-def list_keys(request: Request, p: Principal = Depends(require("keys.read"))) -> dict:
-    ctx = _ctx(request)
-    rows = ctx.store.version_rows(ctx.profile)
-    return {"profile": ctx.profile.name, "levels": ctx.profile.depth, "versions": [version_meta(r) for r in rows]}
+def list_keys(ctx: Ctx, p: KeyReader) -> dict:
+    return _listing(ctx)
 
 
-@router.post("/init", status_code=201, response_model=KeyListOut, summary="Create version 1 of every level")
-def init_keys(request: Request, p: Principal = Depends(require("keys.write"))) -> dict:
-    ctx = _ctx(request)
-    try:
-        ctx.store.initialize(ctx.profile)
-    except KeyStoreError as exc:
-        raise _map(exc) from None
-    _audit(request, p, "keys.init", None, None, "ok")
-    rows = ctx.store.version_rows(ctx.profile)
-    return {"profile": ctx.profile.name, "levels": ctx.profile.depth, "versions": [version_meta(r) for r in rows]}
+@router.post("/init", status_code=201, response_model=KeyListOut, summary="Create version 1 of every level",
+             responses=ADMIN_RESPONSES)
+def init_keys(ctx: Ctx, p: KeyAdmin) -> dict:
+    ctx.store.initialize_rows(ctx.profile, actor=p.actor)
+    return _listing(ctx)
 
 
-@router.post("/{level}/rotate", status_code=201, response_model=KeyVersionOut, summary="New active version")
-def rotate(level: Level, request: Request, p: Principal = Depends(require("keys.write"))) -> dict:
-    _level_ok(request, level)
-    ctx = _ctx(request)
-    try:
-        row = ctx.store.rotate_row(ctx.profile, level)
-    except KeyStoreError as exc:
-        raise _map(exc) from None
-    _audit(request, p, "keys.rotate", level, row.version, "ok")
-    return version_meta(row)
+@router.post("/{level}/rotate", status_code=201, response_model=KeyVersionOut, summary="New active version",
+             responses=ADMIN_RESPONSES)
+def rotate(level: Level, ctx: Ctx, p: KeyAdmin) -> dict:
+    _level_ok(ctx, level)
+    return version_meta(ctx.store.rotate_row(ctx.profile, level, actor=p.actor))
 
 
-@router.post("/{level}/versions/{version}/disable", response_model=KeyVersionOut, summary="Stop decoding a version")
-def disable(level: Level, version: Version, request: Request, p: Principal = Depends(require("keys.write"))) -> dict:
-    _level_ok(request, level)
-    ctx = _ctx(request)
-    try:
-        row = ctx.store.disable(ctx.profile, level, version)
-    except KeyStoreError as exc:
-        raise _map(exc) from None
-    _audit(request, p, "keys.disable", level, version, "ok")
-    return version_meta(row)
+@router.post("/{level}/versions/{version}/disable", response_model=KeyVersionOut, summary="Stop decoding a version",
+             responses=ADMIN_RESPONSES)
+def disable(level: Level, version: Version, ctx: Ctx, p: KeyAdmin) -> dict:
+    _level_ok(ctx, level)
+    return version_meta(ctx.store.disable(ctx.profile, level, version, actor=p.actor))
 
 
 @router.post(
@@ -94,17 +63,8 @@ def disable(level: Level, version: Version, request: Request, p: Principal = Dep
     response_model=KeyVersionOut,
     summary="Irreversibly destroy a version's key material",
     description="Body must be {\"confirm\": \"<version>\"}. Text made with the version is then reported undecodable.",
+    responses=ADMIN_RESPONSES,
 )
-def destroy(
-    level: Level, version: Version, body: DestroyIn, request: Request, p: Principal = Depends(require("keys.write"))
-) -> dict:
-    _level_ok(request, level)
-    ctx = _ctx(request)
-    if body.confirm != version:
-        raise HTTPException(422, f"destroy is irreversible: send {{\"confirm\": \"{version}\"}} to confirm")
-    try:
-        row = ctx.store.destroy(ctx.profile, level, version, confirm=body.confirm)
-    except KeyStoreError as exc:
-        raise _map(exc) from None
-    _audit(request, p, "keys.destroy", level, version, "ok")
-    return version_meta(row)
+def destroy(level: Level, version: Version, body: DestroyIn, ctx: Ctx, p: KeyAdmin) -> dict:
+    _level_ok(ctx, level)
+    return version_meta(ctx.store.destroy(ctx.profile, level, version, confirm=body.confirm, actor=p.actor))

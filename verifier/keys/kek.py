@@ -7,10 +7,8 @@ AES-256 KEKs in files (mode 0600) under $HERO_HOME/kek, one file per KEK id, plu
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import tempfile
 import threading
 from pathlib import Path
 from typing import Protocol
@@ -18,11 +16,17 @@ from typing import Protocol
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from verifier.errors import Unavailable
+from verifier.secretfile import write_secret
+
 _ID_RE = re.compile(r"^[a-z0-9-]{1,64}$")
 
 
-class KekError(RuntimeError):
-    """A data key cannot be wrapped/unwrapped (missing KEK, tampered row); message is user-facing."""
+class KekError(Unavailable):
+    """A data key cannot be wrapped/unwrapped (missing KEK, tampered row). The message names paths: the API
+    answers a fixed text, the CLI and job errors the message."""
+
+    public_detail = "key material is unavailable (KEK)"
 
 
 class KekProvider(Protocol):
@@ -31,19 +35,6 @@ class KekProvider(Protocol):
     def wrap(self, dek: bytes, aad: bytes) -> tuple[str, bytes]: ...
 
     def unwrap(self, kek_id: str, wrapped: bytes, aad: bytes) -> bytes: ...
-
-
-def _write_secret(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class LocalKekProvider:
@@ -98,8 +89,8 @@ class LocalKekProvider:
     def rotate(self) -> str:
         """New KEK becomes current; older KEK files stay until `retire` (after a rewrap)."""
         kid = f"local-{secrets.token_hex(6)}"
-        _write_secret(self.dir / f"{kid}.key", secrets.token_bytes(32))
-        _write_secret(self.dir / "current", kid.encode())
+        write_secret(self.dir / f"{kid}.key", secrets.token_bytes(32))
+        write_secret(self.dir / "current", kid.encode())
         return kid
 
     def ids(self) -> list[str]:

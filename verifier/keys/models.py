@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Integer, LargeBinary, String, UniqueConstraint
+from sqlalchemy import CheckConstraint, DateTime, Integer, LargeBinary, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from verifier.db import Base
@@ -15,6 +15,9 @@ class KeyVersionRow(Base):
     __table_args__ = (
         UniqueConstraint("profile", "level", "seq", name="uq_hero_key_versions_seq"),
         UniqueConstraint("profile", "version", name="uq_hero_key_versions_version"),
+        CheckConstraint(
+            "status IN ('active', 'verify-only', 'disabled', 'destroyed')", name="ck_hero_key_versions_status"
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

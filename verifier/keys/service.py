@@ -1,4 +1,4 @@
-"""DbKeyStore: the engine's KeyStore protocol over envelope-encrypted rows in the service database.
+"""DbKeyStore: watermark keys as envelope-encrypted rows in the service database.
 
 Only master secrets (32 bytes) are stored, sealed with AES-GCM under a per-row data key that the KEK
 provider wraps; key tables are re-derived with `derive_level_table` after decryption. Decryption is limited
@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
+from verifier.audit.service import Actor, AuditEvent, append_or_fail
 from verifier.db import Database
 from verifier.engine.keys import MASTER_SECRET_BYTES, KeySet, KeyTable, derive_level_table, new_master_secret
-from verifier.engine.keystore import USABLE_FOR_DECODING, KeyStoreError, VersionInfo
 from verifier.engine.profile import Profile
 from verifier.keys import repository as repo
 from verifier.keys.crypto import Sealed, associated_data, open_sealed, rewrap, seal
+from verifier.keys.decodable import VerificationMaterial, decodable_versions, iso
+from verifier.keys.errors import KeyConfirmationMissing, KeyConflict, KeyNotFound, KeyStoreError
 from verifier.keys.kek import KekError, KekProvider
 from verifier.keys.models import KeyVersionRow
 
@@ -27,24 +30,23 @@ log = logging.getLogger("hero.keys")
 STATUSES = ("active", "verify-only", "disabled", "destroyed")
 
 
-class KeyNotFound(KeyStoreError):
-    pass
+@dataclass(frozen=True)
+class VersionInfo:
+    """Metadata of one key version (what `hero keys` prints): never the secret."""
 
+    level: int
+    version: str
+    status: str
+    created_at: str
 
-class KeyConflict(KeyStoreError):
-    pass
+    def to_dict(self) -> dict[str, object]:
+        return {"level": self.level, "version": self.version, "status": self.status, "created_at": self.created_at}
 
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
-def _iso(dt: datetime | None) -> str | None:
-    if dt is None:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def version_meta(row: KeyVersionRow) -> dict[str, object]:
@@ -54,31 +56,24 @@ def version_meta(row: KeyVersionRow) -> dict[str, object]:
         "level": row.level,
         "version": row.version,
         "status": row.status,
-        "created_at": _iso(row.created_at),
-        "status_changed_at": _iso(row.status_changed_at),
-        "destroyed_at": _iso(row.destroyed_at),
+        "created_at": iso(row.created_at),
+        "status_changed_at": iso(row.status_changed_at),
+        "destroyed_at": iso(row.destroyed_at),
         "kek_id": row.kek_id,
     }
 
 
 def _info(row: KeyVersionRow) -> VersionInfo:
-    return VersionInfo(row.level, row.version, row.status, _iso(row.created_at) or "")
-
-
-@dataclass(repr=False)
-class VerificationMaterial:
-    """Key tables for levels 1..n (no gaps) plus reasons for versions that can no longer decode."""
-
-    tables: dict[int, list[KeyTable]]
-    unavailable: dict[int, str]  # level -> reason (some versions destroyed/disabled)
-    missing: dict[int, str]  # level -> reason (no usable version at all: level not decodable)
-
-    def __repr__(self) -> str:
-        return f"VerificationMaterial(levels={sorted(self.tables)}, missing={sorted(self.missing)})"
+    return VersionInfo(row.level, row.version, row.status, iso(row.created_at) or "")
 
 
 class DbKeyStore:
-    """KeyStore backed by the service DB; safe to share between threads."""
+    """Per-level, per-version master secrets; hands out derived key tables. Safe to share between threads.
+
+    Version status: active (generation), verify-only, disabled, destroyed; only active and verify-only
+    versions reach a decoder. Administration methods take the acting `Actor`: the change and its audit
+    event then commit together (no change without its audit record).
+    """
 
     def __init__(self, db: Database, kek: KekProvider) -> None:
         self.db = db
@@ -105,47 +100,57 @@ class DbKeyStore:
             raise KeyStoreError(f"key version {row.version} is for a level the profile does not have")
         return derive_level_table(self._open(row), profile, row.level, row.version)
 
-    # -- KeyStore protocol ---------------------------------------------------------------------
+    # -- administration (each change and its audit event commit in one transaction) -------------
+    def _audit(self, s: Session, actor: Actor | None, action: str, level: int | None, version: str | None) -> None:
+        if actor is not None:
+            event = AuditEvent(action, actor.subject, actor.role, actor.jti, [level] if level else [], version)
+            append_or_fail(s, [event])
+
+    def _add_version(self, s: Session, profile: Profile, level: int, now: datetime) -> KeyVersionRow:
+        for r in repo.level_rows(s, profile.name, level, for_update=True):
+            if r.status == "active":
+                r.status = "verify-only"
+                r.status_changed_at = now
+        seq = repo.next_seq(s, profile.name, level)
+        version = f"l{level}-v{seq}"
+        sealed = self._seal_new(profile, level, version)
+        row = KeyVersionRow(
+            profile=profile.name, level=level, seq=seq, version=version, status="active",
+            kek_id=sealed.kek_id, wrapped_dek=sealed.wrapped_dek, nonce=sealed.nonce, ciphertext=sealed.ciphertext,
+            created_at=now, status_changed_at=now,
+        )
+        s.add(row)
+        s.flush()
+        return row
+
+    def initialize_rows(self, profile: Profile, actor: Actor | None = None) -> list[KeyVersionRow]:
+        try:
+            with self.db.session() as s:
+                if repo.count_profile(s, profile.name):
+                    raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead")
+                now = _now()
+                rows = [self._add_version(s, profile, lv, now) for lv in range(1, profile.depth + 1)]
+                self._audit(s, actor, "keys.init", None, None)
+        except IntegrityError:  # a concurrent initialisation won
+            raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead") from None
+        log.info("keys initialised", extra={"profile": profile.name})
+        return rows
+
     def initialize(self, profile: Profile) -> list[VersionInfo]:
-        with self.db.session() as s:
-            if repo.count_profile(s, profile.name):
-                raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead")
-        return [self.rotate(profile, lv) for lv in range(1, profile.depth + 1)]
+        return [_info(r) for r in self.initialize_rows(profile)]
 
     def rotate(self, profile: Profile, level: int) -> VersionInfo:
         return _info(self.rotate_row(profile, level))
 
-    def rotate_row(self, profile: Profile, level: int) -> KeyVersionRow:
+    def rotate_row(self, profile: Profile, level: int, actor: Actor | None = None) -> KeyVersionRow:
         if not 1 <= level <= profile.depth:
             raise KeyNotFound(f"level must be in 1..{profile.depth}")
         for _attempt in range(5):
             try:
                 with self.db.session() as s:
-                    rows = repo.level_rows(s, profile.name, level, for_update=True)
-                    now = _now()
-                    for r in rows:
-                        if r.status == "active":
-                            r.status = "verify-only"
-                            r.status_changed_at = now
-                    seq = repo.next_seq(s, profile.name, level)
-                    version = f"l{level}-v{seq}"
-                    sealed = self._seal_new(profile, level, version)
-                    row = KeyVersionRow(
-                        profile=profile.name,
-                        level=level,
-                        seq=seq,
-                        version=version,
-                        status="active",
-                        kek_id=sealed.kek_id,
-                        wrapped_dek=sealed.wrapped_dek,
-                        nonce=sealed.nonce,
-                        ciphertext=sealed.ciphertext,
-                        created_at=now,
-                        status_changed_at=now,
-                    )
-                    s.add(row)
-                    s.flush()
-                log.info("key rotated", extra={"profile": profile.name, "level": level, "version": version})
+                    row = self._add_version(s, profile, level, _now())
+                    self._audit(s, actor, "keys.rotate", level, row.version)
+                log.info("key rotated", extra={"profile": profile.name, "level": level, "version": row.version})
                 return row
             except IntegrityError:  # a concurrent rotation took this sequence number
                 continue
@@ -175,7 +180,7 @@ class DbKeyStore:
             raise KeyStoreError(f"no level-1 keys for profile {profile.name!r}; run 'hero keys init'")
         return mat.tables
 
-    # -- service extensions --------------------------------------------------------------------
+    # -- decoding --------------------------------------------------------------------------------
     def verification_material(self, profile: Profile, max_level: int) -> VerificationMaterial:
         """Decrypts only versions of levels 1..min(max_level, depth) that may decode."""
         top = max(0, min(int(max_level), profile.depth))
@@ -185,48 +190,30 @@ class DbKeyStore:
             raise KeyStoreError(
                 f"no keys for profile {profile.name!r} yet; run 'hero keys init' or POST /v1/keys/init"
             )
-        tables: dict[int, list[KeyTable]] = {}
-        unavailable: dict[int, str] = {}
-        missing: dict[int, str] = {}
-        for lv in range(1, top + 1):
-            lrows = [r for r in rows if r.level == lv]
-            gone = [r for r in lrows if r.status in ("destroyed", "disabled")]
-            reason = _gone_reason(gone)
-            usable = [r for r in lrows if r.status in USABLE_FOR_DECODING]
-            if missing or not usable:  # the decoder needs levels 1..n without gaps
-                missing[lv] = reason or (
-                    f"no usable key for level {lv}" if not missing else f"level {min(missing)} cannot be decoded"
-                )
-                continue
-            tables[lv] = [self._table(profile, r) for r in usable]
-            if reason:
-                unavailable[lv] = reason
-        return VerificationMaterial(tables, unavailable, missing)
+        plan = decodable_versions(rows, top)
+        tables = {lv: [self._table(profile, r) for r in usable] for lv, usable in plan.usable.items()}
+        return VerificationMaterial(tables, plan.unavailable, plan.missing)
 
-    def set_status(self, profile: Profile, level: int, version: str, status: str) -> KeyVersionRow:
-        if status not in ("verify-only", "disabled"):
-            raise KeyStoreError(f"cannot set status {status!r} directly")
+    def disable(self, profile: Profile, level: int, version: str, actor: Actor | None = None) -> KeyVersionRow:
+        """Stop decoding with a (non-active) version; its key material stays."""
         with self.db.session() as s:
             row = self._get(s, profile, level, version)
             if row.status == "destroyed":
                 raise KeyConflict(f"{version} is destroyed")
             if row.status == "active":
                 raise KeyConflict(f"{version} is the active version of level {level}; rotate the level first")
-            if row.status != status:
-                row.status = status
+            if row.status != "disabled":
+                row.status = "disabled"
                 row.status_changed_at = _now()
+            self._audit(s, actor, "keys.disable", level, version)
             return row
 
-    def disable(self, profile: Profile, level: int, version: str) -> KeyVersionRow:
-        return self.set_status(profile, level, version, "disabled")
-
-    def enable(self, profile: Profile, level: int, version: str) -> KeyVersionRow:
-        return self.set_status(profile, level, version, "verify-only")
-
-    def destroy(self, profile: Profile, level: int, version: str, *, confirm: str | None) -> KeyVersionRow:
+    def destroy(
+        self, profile: Profile, level: int, version: str, *, confirm: str | None, actor: Actor | None = None
+    ) -> KeyVersionRow:
         """Irreversibly drop the key material of one version. `confirm` must repeat the version id."""
         if confirm != version:
-            raise KeyStoreError(f"destroying {version} is irreversible: confirm by repeating the version id")
+            raise KeyConfirmationMissing(f"destroying {version} is irreversible: confirm by repeating the version id")
         with self.db.session() as s:
             row = self._get(s, profile, level, version)
             if row.status == "active":
@@ -240,6 +227,7 @@ class DbKeyStore:
                 row.status = "destroyed"
                 row.status_changed_at = now
                 row.destroyed_at = now
+            self._audit(s, actor, "keys.destroy", level, version)
         log.info("key destroyed", extra={"profile": profile.name, "level": level, "version": version})
         return row
 
@@ -263,20 +251,3 @@ class DbKeyStore:
         if row is None or row.level != level:
             raise KeyNotFound(f"no key version {version!r} at level {level} of profile {profile.name!r}")
         return row
-
-
-def _gone_reason(rows: list[KeyVersionRow]) -> str | None:
-    parts = []
-    destroyed = [r for r in rows if r.status == "destroyed"]
-    disabled = [r for r in rows if r.status == "disabled"]
-    if destroyed:
-        parts.append(
-            "key version(s) "
-            + ", ".join(f"{r.version} destroyed on {_iso(r.destroyed_at)}" for r in destroyed)
-            + "; text made with them can no longer be decoded"
-        )
-    if disabled:
-        parts.append(
-            "key version(s) " + ", ".join(r.version for r in disabled) + " disabled; text made with them is not decoded"
-        )
-    return "; ".join(parts) or None

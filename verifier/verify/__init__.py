@@ -1,1 +1,1 @@
-"""POST /v1/verify: detect and decode texts for the levels the caller's role may see."""
+"""POST /v1/verify and the synchronous decode path: runner, decode body, and what a caller may see (release)."""

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier.engine import models
-from verifier.engine.corpus import (
+from verifier import lm as models
+from verifier.evaluation.corpus import (
     BBC_CATEGORIES,
     bbc_articles,
     bbc_prompts_and_humans,

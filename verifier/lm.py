@@ -17,14 +17,19 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verifier.resources import hero_home
+
 __all__ = [
     "VOCAB_SIZES",
+    "LockedTokenizer",
     "ModelUnavailable",
+    "TokenizerCache",
     "cache_dir",
     "cache_root",
     "load_model",
@@ -81,14 +86,44 @@ def cache_root() -> Path:
     explicit = os.environ.get("HERO_MODEL_CACHE")
     if explicit:
         return Path(explicit).expanduser()
-    home = os.environ.get("HERO_HOME") or "~/.hero"
-    return Path(home).expanduser() / "models"
+    return hero_home() / "models"
 
 
 def cache_dir(name: str) -> Path:
     """Where the converted model `name` lives: <cache_root>/<name>-<package version>."""
     spec = _spec(name)
     return cache_root() / f"{spec.name}-{_version(spec)}"
+
+
+class LockedTokenizer:
+    """HF fast tokenizers are not safe to call from several threads at once: serialise calls."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tok = tokenizer
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._tok(*args, **kwargs)
+
+
+class TokenizerCache:
+    """One tokenizer per name per process, loaded on first use and shared by every decode path."""
+
+    def __init__(self, loader: Callable[[str], Any] | None = None) -> None:
+        self._load = loader or load_tokenizer
+        self._tokenizers: dict[str, LockedTokenizer] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> LockedTokenizer:
+        with self._lock:
+            if name not in self._tokenizers:
+                self._tokenizers[name] = LockedTokenizer(self._load(name))
+            return self._tokenizers[name]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tokenizers.clear()
 
 
 def load_tokenizer(name: str = "smollm2") -> Any:

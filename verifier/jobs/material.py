@@ -8,10 +8,11 @@ stored on the job row so it can be audited and asserted on.
 from __future__ import annotations
 
 from verifier.auth.policy import Policy
-from verifier.engine.keystore import KeyStoreError
 from verifier.engine.profile import Profile
-from verifier.jobs.store import JobInfo
-from verifier.keys.service import DbKeyStore, VerificationMaterial
+from verifier.jobs.service import JobInfo
+from verifier.keys.decodable import VerificationMaterial
+from verifier.keys.errors import KeyStoreError
+from verifier.keys.service import DbKeyStore
 
 
 def allowed_level(job: JobInfo, profile: Profile, policy: Policy | None) -> int:

@@ -1,0 +1,167 @@
+"""The layers of docs/architecture.md hold: no import cycle, no import from a higher layer.
+
+Every import counts, also those inside functions and under TYPE_CHECKING, so a lazy import cannot hide
+a cycle or an upward dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("gpu", "verifier", "workers")
+
+BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
+        "verifier.secretfile", "verifier.db")
+API = ("verifier.app", "verifier.middleware", "verifier.auth.dependencies")
+SERVICES = ("audit", "keys", "auth", "verify", "jobs")
+
+# layer -> the layers it may import (besides itself)
+MAY_IMPORT: dict[str, set[str]] = {
+    "gpu": set(),
+    "base": set(),
+    "engine": {"gpu", "base"},
+    "lm": {"base"},
+    "audit": {"base"},
+    "keys": {"base", "engine", "audit"},
+    "auth": {"base", "audit"},
+    "verify": {"base", "engine", "lm", "audit", "keys", "auth"},
+    "jobs": {"base", "engine", "lm", "audit", "keys", "auth", "verify"},
+    "evaluation": {"gpu", "base", "engine", "lm"},
+    "context": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs"},
+    "api": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "context"},
+    "entry": {"gpu", "base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "evaluation", "context",
+              "api"},
+}
+
+
+def layer(module: str) -> str:
+    if module == "gpu" or module.startswith("gpu."):
+        return "gpu"
+    if module.startswith(("verifier.cli", "workers")):
+        return "entry"
+    if module in API or module.endswith(".endpoints"):
+        return "api"
+    if module in BASE or module == "verifier":
+        return "base"
+    for name in ("engine", "evaluation", *SERVICES):
+        if module == f"verifier.{name}" or module.startswith(f"verifier.{name}."):
+            return name
+    if module in ("verifier.lm", "verifier.context"):
+        return module.split(".")[1]
+    raise AssertionError(f"{module} is in no layer: add it to docs/architecture.md and this test")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for t in targets:
+            while t and t not in known:  # `import a.b.c` of a module: the longest known prefix
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_walk_sees_real_imports():
+    g = graph()
+    assert "verifier.verify.decode" in g["verifier.jobs.drain"]
+    assert "verifier.jobs.queue" in g["verifier.jobs.dispatch"]  # a function-local import counts
+    assert "verifier.lm" in g["verifier.cli.decode"]
+
+
+# gpu/ is restructured on the attribution branch (issue 10, item 1): empty this list when it lands.
+PENDING_GPU_CYCLES = [["gpu.evidence", "gpu.triton_kernels"]]
+
+
+def test_no_import_cycles():
+    assert [c for c in cycles(graph()) if c not in PENDING_GPU_CYCLES] == []
+
+
+def test_cycle_detection_can_fail():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_upward_imports():
+    bad = []
+    for mod, deps in graph().items():
+        mine = layer(mod)
+        for dep in deps:
+            theirs = layer(dep)
+            if theirs != mine and theirs not in MAY_IMPORT[mine]:
+                bad.append(f"{mod} ({mine}) -> {dep} ({theirs})")
+    assert bad == []
+
+
+def test_schema_modules_load_without_the_engine():
+    """Alembic (migrations/env.py) imports the ORM models: that must not pull torch or scipy."""
+    code = (
+        "import sys, verifier.audit.models, verifier.jobs.models, verifier.keys.models, verifier.db, "
+        "verifier.settings; heavy = {'torch', 'scipy', 'transformers'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

@@ -1,0 +1,64 @@
+"""Decoding when key versions are gone (destroyed or disabled), and the level verdicts that follow.
+
+The decoder scores the versions it is handed and, told which versions are gone (`unavailable`), makes
+those verdicts itself (engine/decoder.py): a level some of whose versions are gone and that shows no
+evidence is `undecodable` with the reason, and so is every level above an undecodable level 1 (they
+hang on level 1's position key). Here, in the engine too, so that service code only passes results
+through: a level with no usable version at all, and every level above it, is `undecodable` with its
+reason.
+
+An undecodable level releases no field value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from verifier.engine.decoder import Decoder, DecodeResult, LevelResult
+from verifier.engine.keys import KeyTable
+from verifier.engine.profile import Profile
+
+
+def decode_texts(
+    profile: Profile,
+    tables: Mapping[int, Sequence[KeyTable]],
+    texts: Sequence[str],
+    tokenizer,
+    *,
+    alpha: float,
+    unavailable: Mapping[int, str],
+    missing: Mapping[int, str],
+    device: str | torch.device = "cpu",
+) -> list[DecodeResult]:
+    """Decode `texts` with the usable `tables`; `unavailable` / `missing`: level -> why versions are gone."""
+    if not tables:
+        return [
+            DecodeResult(False, 1.0, 0.0, None, 0, _missing_levels(missing), spec_version=profile.spec_version)
+            for _ in texts
+        ]
+    decoder = Decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)
+    return [_with_verdicts(r, alpha, missing) for r in decoder.decode_texts(texts, tokenizer)]
+
+
+def _missing_levels(missing: Mapping[int, str]) -> list[LevelResult]:
+    return [
+        LevelResult(
+            level=level, key_version=None, fields=None, confidence=0.0, p_value=1.0,  # type: ignore[arg-type]
+            log10_p_value=0.0, bit_confidence=[], segment_tokens=[], undecoded_segments=[], versions_tried=0,
+            status="undecodable", reason=reason,
+        )
+        for level, reason in sorted(missing.items())
+    ]
+
+
+def _with_verdicts(result: DecodeResult, alpha: float, missing: Mapping[int, str]) -> DecodeResult:
+    """The decoder already made the verdicts for versions it was told are gone (`unavailable`); add the
+    levels with no usable version at all."""
+    del alpha  # the decoder's own threshold decided
+    result.levels.extend(_missing_levels(missing))
+    for lv in result.levels:
+        if lv.status == "undecodable" and lv.fields is not None:
+            lv.fields = dict.fromkeys(lv.fields)
+    return result

@@ -1,0 +1,46 @@
+"""The Celery side of the durable job queue: task and queue names, and the app factory.
+
+Redis broker, JSON only, late acks, prefetch 1, the `gpu` queue. The API process builds an app to
+publish `{"job_id": ...}` messages; `workers/app.py` builds the one the worker processes run, with the
+task module included. Messages never carry texts or key material.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from celery import Celery
+
+from verifier.settings import Settings
+
+DRAIN_TASK = "hero.drain_job"
+QUEUE = "gpu"
+
+
+def make_celery(settings: Settings, include: Sequence[str] = ()) -> Celery:
+    app = Celery("hero", include=list(include))
+    app.conf.update(
+        broker_url=settings.broker_url or "redis://127.0.0.1:6379/0",
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=3,
+        broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        event_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=QUEUE,
+        task_routes={DRAIN_TASK: {"queue": QUEUE}},
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    return app
+
+
+def send_drain(app: Celery, job_id: str, countdown: float | None = None) -> None:
+    """Publish one drain message: {"job_id": ...} only."""
+    app.send_task(DRAIN_TASK, kwargs={"job_id": job_id}, queue=QUEUE, retry=False, countdown=countdown)

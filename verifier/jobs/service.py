@@ -1,0 +1,237 @@
+"""Durable decode jobs: creation (texts sealed at rest), claiming with leases, idempotent completion.
+
+Texts are sealed with AES-256-GCM under a per-job data key wrapped by the KEK provider (the envelope
+helper of `verifier.keys.crypto`); each item's associated data binds (job id, index), so ciphertexts
+cannot be swapped between items or jobs. Brokers only ever see job ids.
+
+Each claim has a random token; completion writes an item only if it is still claimed with that token,
+and never touches an item that is done, so a re-delivered message or a worker whose lease expired
+cannot overwrite a result. Results, the progress counter and the audit events commit in one
+transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from verifier.audit.service import AuditEvent, append, text_digest
+from verifier.db import Database
+from verifier.jobs import repository as repo
+from verifier.jobs.models import JobRow
+from verifier.jobs.repository import FINAL, ItemRef
+from verifier.keys.crypto import decrypt, encrypt, new_data_key, open_data_key
+from verifier.keys.kek import KekProvider
+
+
+def _job_aad(job_id: str) -> bytes:
+    return f"hero/job/v1|job={job_id}".encode()
+
+
+def _item_aad(job_id: str, idx: int) -> bytes:
+    return f"hero/jobitem/v1|job={job_id}|idx={idx}".encode()
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    id: str
+    owner_sub: str
+    role: str
+    jti: str
+    max_level: int
+    profile: str
+    alpha: float
+    status: str
+    kek_id: str
+    wrapped_dek: bytes = field(repr=False)
+
+    @classmethod
+    def of(cls, r: JobRow) -> JobInfo:
+        return cls(r.id, r.owner_sub, r.role, r.jti, r.max_level, r.profile, r.alpha, r.status, r.kek_id, r.wrapped_dek)
+
+
+@dataclass(repr=False)
+class Claim:
+    job: JobInfo
+    token: str
+    items: list[ItemRef]
+
+    def __repr__(self) -> str:
+        return f"Claim(job={self.job.id!r}, items={len(self.items)})"
+
+
+def create_job(
+    db: Database,
+    kek: KekProvider,
+    *,
+    owner_sub: str,
+    role: str,
+    jti: str,
+    profile: str,
+    max_level: int,
+    alpha: float,
+    texts: Sequence[str],
+) -> str:
+    job_id = str(uuid.uuid4())
+    key = new_data_key(kek, _job_aad(job_id))
+    now = time.time()
+    items = []
+    for i, t in enumerate(texts):
+        nonce, ct = encrypt(key.dek, t.encode("utf-8"), _item_aad(job_id, i))
+        items.append({"job_id": job_id, "idx": i, "nonce": nonce, "ciphertext": ct, "text_sha256": text_digest(t),
+                      "status": "pending", "attempts": 0})
+    with db.session() as s:
+        s.add(
+            JobRow(
+                id=job_id, owner_sub=owner_sub, role=role, jti=jti, max_level=max_level, profile=profile,
+                alpha=alpha, status="queued", total=len(texts), done=0, created_at=now, updated_at=now,
+                kek_id=key.kek_id, wrapped_dek=key.wrapped,
+            )
+        )
+        s.flush()
+        repo.insert_items(s, items)
+    return job_id
+
+
+def open_texts(kek: KekProvider, claim: Claim) -> list[str]:
+    job = claim.job
+    dek = open_data_key(kek, job.kek_id, job.wrapped_dek, _job_aad(job.id)).dek
+    return [decrypt(dek, n, ct, _item_aad(job.id, idx), "job text").decode("utf-8") for _, idx, n, ct, _ in claim.items]
+
+
+def claim(db: Database, job_id: str, worker: str, n: int, lease_s: float) -> Claim | None:
+    """Claim up to n pending/expired items. None when the job is missing or final."""
+    now = time.time()
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        if job is None or job.status in FINAL:
+            return None
+        info = JobInfo.of(job)
+        ids = repo.claimable_item_ids(s, job_id, now, n)
+        if not ids:
+            return Claim(info, "", [])
+        token = secrets.token_hex(16)
+        repo.mark_claimed(s, ids, token, worker, now + lease_s)
+        if job.status == "queued":
+            repo.start_job(s, job_id, now)
+        return Claim(info, token, repo.item_refs(s, ids))
+
+
+def max_attempts_seen(db: Database, claim: Claim) -> int:
+    with db.session() as s:
+        return repo.max_attempts(s, [it[0] for it in claim.items])
+
+
+def _merge_handed(old: str | None, handed: dict[int, list[str]]) -> str:
+    cur: dict[str, list[str]] = json.loads(old) if old else {}
+    for lv, versions in handed.items():
+        cur[str(lv)] = sorted(set(cur.get(str(lv), [])) | set(versions))
+    return json.dumps(cur, sort_keys=True)
+
+
+def complete(
+    db: Database,
+    claim: Claim,
+    results: Sequence[dict],
+    events: Sequence[AuditEvent],
+    handed: dict[int, list[str]],
+) -> int:
+    """Store results of items still held by this claim, audit them, advance progress; one transaction.
+
+    Returns the number of items written (0 when another worker took them over after our lease expired).
+    """
+    now = time.time()
+    with db.session() as s:
+        written_events = [
+            ev
+            for (item_id, *_), res, ev in zip(claim.items, results, events, strict=True)
+            if repo.store_result(s, item_id, claim.token, json.dumps(res, sort_keys=True), now)
+        ]
+        if written_events:
+            append(s, written_events)  # fail closed: no audit row, no stored result
+        n = len(written_events)
+        repo.add_progress(s, claim.job.id, n, now)
+        job = s.get(JobRow, claim.job.id, populate_existing=True)
+        assert job is not None
+        job.keys_handed = _merge_handed(job.keys_handed, handed)
+        if job.done >= job.total and job.status not in FINAL:
+            job.status = "done"
+    return n
+
+
+def fail(db: Database, job_id: str, error: str) -> None:
+    with db.session() as s:
+        repo.fail_job(s, job_id, error, time.time())
+
+
+def wait_hint(db: Database, job_id: str) -> float | None:
+    """Seconds until the earliest live lease of this job expires; None when nothing is left to wait for."""
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        if job is None or job.status in FINAL:
+            return None
+        lease = repo.earliest_lease(s, job_id)
+        pending = repo.pending_count(s, job_id)
+    if pending:
+        return 0.0
+    if lease is None:
+        return None
+    return max(0.0, float(lease) - time.time())
+
+
+def stale_jobs(db: Database, stale_s: float, limit: int = 100) -> list[str]:
+    """Unfinished jobs nobody touched (claimed, completed, enqueued) for stale_s seconds; marks them enqueued."""
+    now = time.time()
+    with db.session() as s:
+        ids = repo.stale_job_ids(s, now - stale_s, limit)
+        if ids:
+            repo.mark_enqueued(s, ids, now)
+    return ids
+
+
+def unfinished_jobs(db: Database, limit: int = 10_000) -> list[str]:
+    """Jobs queued or running, oldest first (what a restarted in-process dispatcher resumes)."""
+    with db.session() as s:
+        return repo.unfinished_job_ids(s, limit)
+
+
+def mark_enqueued(db: Database, job_id: str) -> None:
+    with db.session() as s:
+        repo.mark_enqueued(s, [job_id], time.time())
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def job_view(db: Database, job_id: str) -> tuple[JobInfo, dict] | None:
+    """(job, status document); results (in input order, as stored: already shaped) once the job is done."""
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        if job is None:
+            return None
+        results = [json.loads(r) for r in repo.results_in_order(s, job_id)] if job.status == "done" else None  # type: ignore[arg-type]
+        doc: dict = {
+            "job_id": job.id,
+            "status": job.status,
+            "progress": {"total": job.total, "done": job.done},
+            "max_level": job.max_level,
+            "created_at": _iso(job.created_at),
+            "updated_at": _iso(job.updated_at),
+            "error": job.error,
+            "results": results,
+        }
+        return JobInfo.of(job), doc
+
+
+def keys_handed(db: Database, job_id: str) -> dict[int, list[str]]:
+    """What key material a job's decoders were handed: level -> versions (never bytes)."""
+    with db.session() as s:
+        raw = repo.keys_handed_json(s, job_id)
+    return {int(k): v for k, v in (json.loads(raw) if raw else {}).items()}

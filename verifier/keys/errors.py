@@ -1,0 +1,21 @@
+"""Key-store errors: the request cannot be met in the store's current state (message is user-facing)."""
+
+from __future__ import annotations
+
+from verifier.errors import Conflict, InvalidInput, NotFound
+
+
+class KeyStoreError(Conflict):
+    """No keys yet, a version without key material, a rule of the version lifecycle broken (409)."""
+
+
+class KeyNotFound(KeyStoreError, NotFound):
+    status = 404
+
+
+class KeyConflict(KeyStoreError):
+    pass
+
+
+class KeyConfirmationMissing(KeyStoreError, InvalidInput):
+    status = 422

@@ -1,0 +1,32 @@
+"""The decode body shared by /v1/verify and decode jobs (in process or on Celery workers).
+
+It hands the engine exactly the key material the caller fetched and passes the engine's results
+through: every level verdict (status, reason, fields) is the engine's.
+"""
+
+from __future__ import annotations
+
+from verifier.engine.availability import decode_texts
+from verifier.engine.decoder import DecodeError
+from verifier.engine.profile import Profile
+from verifier.errors import InvalidInput
+from verifier.keys.decodable import VerificationMaterial
+
+
+class TextNotDecodable(InvalidInput):
+    """The input cannot be decoded at all (empty text, ids outside the vocabulary): 422."""
+
+
+def decode_material(
+    material: VerificationMaterial, profile: Profile, texts: list[str], alpha: float, tokenizer, device: str = "cpu"
+) -> list[dict]:
+    """Decoder results as plain dicts (`DecodeResult.to_dict()`), levels 1..n of the material only."""
+    tables, unavailable, missing = material.tables, material.unavailable, material.missing
+    del material  # the tables live only as long as this call needs them
+    try:
+        results = decode_texts(
+            profile, tables, texts, tokenizer, alpha=alpha, unavailable=unavailable, missing=missing, device=device
+        )
+    except DecodeError as exc:
+        raise TextNotDecodable(str(exc).splitlines()[0] if str(exc) else "text cannot be decoded") from None
+    return [r.to_dict() for r in results]

@@ -1,0 +1,82 @@
+"""What a caller may see, and what is recorded about it: one module for /v1/verify and decode jobs alike.
+
+- input checks (`requested_level`, `check_texts`): the level a role may ask for, and text limits;
+- `shape`: a decoder result as released. It copies the decoder's result through (whatever keys the
+  engine reports: status, reason, fields, and any it adds later) except the bulky per-bit and
+  per-segment diagnostics, and never copies a level above the caller's maximum: role filtering holds
+  by construction, whatever the decoder was handed;
+- `outcome` and `audit_events`: the audit record written before any result is released.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+from verifier.audit.service import Actor, AuditEvent
+from verifier.auth.principal import Principal
+from verifier.errors import Forbidden, InvalidInput, TooLarge
+
+DIAGNOSTICS = frozenset({"bit_confidence", "segment_tokens", "undecoded_segments"})
+
+
+def requested_level(principal: Principal, requested: int | None) -> int:
+    """The level to decode: the role's maximum by default; more than that is 403."""
+    level = principal.max_level if requested is None else requested
+    if level > principal.max_level:
+        raise Forbidden(f"level {level} not allowed for role {principal.role!r} (maximum {principal.max_level})")
+    return level
+
+
+def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
+    if len(texts) > max_texts:
+        raise TooLarge(f"too many texts: {len(texts)} (at most {max_texts} per request)")
+    for i, t in enumerate(texts):
+        if len(t) > max_chars:
+            raise TooLarge(f"text {i} is too long: {len(t)} characters (at most {max_chars})")
+        if not t.strip():
+            raise InvalidInput(f"text {i} is empty")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput(f"text {i} is not valid Unicode (lone surrogate)") from None
+
+
+def _public(d: dict) -> dict:
+    return {k: copy.deepcopy(v) for k, v in d.items() if k not in DIAGNOSTICS and k != "levels"}
+
+
+def shape(result: dict, max_level: int) -> dict:
+    """One decoder result as a caller with maximum level `max_level` may see it."""
+    out = _public(result)
+    out["levels"] = [_public(lv) for lv in result["levels"] if lv["level"] <= max_level]
+    return out
+
+
+def outcome(result: dict) -> str:
+    if result["watermarked"]:
+        return "watermarked"
+    if result["levels"] and result["levels"][0]["status"] == "undecodable":
+        return "undecodable"
+    return "not-watermarked"
+
+
+def audit_events(
+    actor: Actor, digests: Sequence[str], results: Sequence[dict], details: Sequence[str | None] | None = None
+) -> list[AuditEvent]:
+    """One `verify` event per released result: levels and key versions disclosed, text digest, outcome."""
+    details = details if details is not None else [None] * len(results)
+    return [
+        AuditEvent(
+            action="verify",
+            subject=actor.subject,
+            role=actor.role,
+            jti=actor.jti,
+            levels=[lv["level"] for lv in r["levels"]],
+            key_version=",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in r["levels"]) or None,
+            text_sha256=digest,
+            outcome=outcome(r),
+            detail=detail,
+        )
+        for digest, r, detail in zip(digests, results, details, strict=True)
+    ]

@@ -59,22 +59,26 @@ def section(results: dict) -> list[str]:
 
 def _intro(att: dict) -> list[str]:
     plan = att["plan"]
+    counts = sorted(set(plan.get("texts", {}).values())) or [plan["prompts"]]
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    short = " (**fewer than the 200 the issue asks for**: see the notes)" if counts[0] < 200 else ""
     return [
         "## Attribution you can stand behind (issue 11, spec v2)\n",
-        f"SmolLM2-135M, BBC prompts, {plan['prompts']} texts of {plan['tokens']} new tokens per method and sampling "
+        f"SmolLM2-135M, BBC prompts, {n} texts{short} of {plan['tokens']} new tokens per method and sampling "
         "setting (min_new_tokens = max_new_tokens); one provider `model` value for all texts and a random "
         "12-bit `user` per text (the same users for every method: HeRo's level-2 field, bits 12..23 of the "
-        "24-bit MPAC/BiMark payload). HeRo v1 = the v1 default profile (HeRo²(2,2), K_1 = 80, six "
-        "2-bit segments per level); "
-        "HeRo v2 = the spec-v2 default profile. Every text is decoded as a verifier receives it (token ids → text → "
-        "ids). Rates are k/n with Wilson 95% intervals.\n",
-        "What is *released*: HeRo v2 releases a level's fields only when that level is `decoded` and names "
-        "candidates when it is `mixed`; HeRo v1 releases what the v1 service returns (the level-2 fields whenever "
-        "the level is not `undecodable`, i.e. always once a token is scored); MPAC and BiMark have no per-text "
-        "p-value, so they release their decoded value only when the detection score exceeds the threshold at "
-        "FPR 1e-3 on human text cut to the same length (for the human texts themselves: two-fold, each half gated "
-        "by the threshold of the other half). *Exact* = the released value equals the text's user (nothing "
-        "released counts as a miss). *False attribution* = a value named that the text does not carry.\n",
+        "24-bit MPAC/BiMark payload). HeRo-v2 = the spec-v2 default profile; HeRo-v1 = the v1 default "
+        "profile (HeRo²(2,2), K_1 = 80, six 2-bit segments per level) decoded by the current engine; "
+        "HeRo-v1 (engine before v2) = the same texts decoded by the engine as shipped before spec v2. "
+        "Every text is decoded as a verifier receives it (token ids → text → ids). Rates are k/n with "
+        "Wilson 95% intervals; the human-text false attribution is over 2000 BBC articles.\n",
+        "What is *released*: HeRo (current engine) releases a level's fields only when that level is "
+        "`decoded` and names candidates when it is `mixed`; the engine before v2 released the fields of every "
+        "level with a scored token; MPAC and BiMark have no per-text p-value, so they release their decoded "
+        "value only when the detection score exceeds the threshold at FPR 1e-3 on human text cut to the same "
+        "length (for the human texts themselves: two-fold, each half gated by the threshold of the other "
+        "half). *Exact* = the released value equals the text's user (nothing released counts as a miss). "
+        "*False attribution* = a value named that the text does not carry.\n",
     ]
 
 
@@ -370,7 +374,7 @@ def _plot_exact(att: dict, out: Path, plt) -> str | None:
             ax.errorbar(
                 ts,
                 [y["p"] for y in ys],
-                yerr=[[y["p"] - y["lo"] for y in ys], [y["hi"] - y["p"] for y in ys]],
+                yerr=[[max(0.0, y["p"] - y["lo"]) for y in ys], [max(0.0, y["hi"] - y["p"]) for y in ys]],
                 marker="o",
                 capsize=2,
                 label=m,
@@ -405,7 +409,7 @@ def _plot_reliability(att: dict, out: Path, plt) -> str | None:
     for label, rows in curves:
         x = [r["mean_confidence"] for r in rows]
         y = [r["p"] for r in rows]
-        err = [[r["p"] - r["lo"] for r in rows], [r["hi"] - r["p"] for r in rows]]
+        err = [[max(0.0, r["p"] - r["lo"]) for r in rows], [max(0.0, r["hi"] - r["p"]) for r in rows]]
         ax.errorbar(x, y, yerr=err, marker="o", capsize=2, label=label)
     ax.set_xlabel("confidence (mean in bin)")
     ax.set_ylabel("fraction exactly right (Wilson 95%)")

@@ -185,6 +185,7 @@ def test_sampling_setting_is_part_of_the_cache_key(tmp_path):
 
 # -- end to end (small) ---------------------------------------------------------------------------------------
 @pytest.mark.model
+@pytest.mark.slow
 def test_attribution_section_end_to_end(hero_home, smollm2, tmp_path):
     from verifier.evaluation.report import write_report
     from verifier.evaluation.runner import QUICK_ATTR_PLAN, Config, Runner

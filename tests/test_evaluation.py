@@ -151,7 +151,7 @@ def test_hero_eval_quick_end_to_end(hero_home):
     hero, mpac = summary["HeRo2(2,2)"], summary["MPAC(2)"]
     assert hero["bit_acc"] > mpac["bit_acc"]
     assert hero["ppl"] <= mpac["ppl"]
-    assert abs(hero["private_bit_acc_public_only"] - 0.5) <= 0.05
+    assert hero["private_bit_acc"] > 0.8 and hero["public_bit_acc"] > 0.8
     assert "unwatermarked" in summary and summary["unwatermarked"]["ppl"] > 0
 
 
@@ -188,7 +188,7 @@ def test_report_long_cells_best_k1_and_paired_gemma(tmp_path):
 
     ppl = {"median": 40.0, "lo": 35.0, "hi": 45.0}
     results = {
-        "config": {"seed": 0, "humans": 10, "tokens": 200, "prompts": 8, "small": 8, "public_guesses": 4},
+        "config": {"seed": 0, "humans": 10, "tokens": 200, "prompts": 8, "small": 8},
         "commands": ["hero eval --prompts 8"],
         "cells": {
             "main/HeRo2(2,2)": {"method": "HeRo2(2,2)", "n": 8, "bit_acc": _stat(0.97), "ppl": ppl, "gen_ppl": base},

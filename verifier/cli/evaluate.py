@@ -26,6 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k1", nargs="+", type=int, default=None, help="K_1 values of the hierarchy sweep")
     p.add_argument("--long-tokens", type=int, default=None, help="new tokens of the long cells (section tokens)")
     p.add_argument("--gemma-texts", type=int, default=None, help="texts per method scored by Gemma-3-270m")
+    p.add_argument("--settings", nargs="+", default=None, help="sampling settings of the attribution section")
+    p.add_argument("--attr-methods", nargs="+", default=None, help="methods of the attribution section")
+    p.add_argument(
+        "--attr-cap", nargs="+", default=None, metavar="METHOD=N", help="attribution: at most N main texts for METHOD"
+    )
+    p.add_argument("--generate-only", action="store_true", help="attribution: only fill the generation cache")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
     p.set_defaults(handler=cmd_eval)
 
@@ -55,10 +61,23 @@ def cmd_eval(args: argparse.Namespace) -> None:
         hierarchy_k1=tuple(args.k1) if args.k1 else None,
         long_tokens=args.long_tokens,
         gemma_texts=args.gemma_texts,
+        settings=tuple(args.settings) if args.settings else None,
+        attr_methods=tuple(args.attr_methods) if args.attr_methods else None,
+        generate_only=args.generate_only or None,
+        attr_caps=_caps(args.attr_cap),
     )
     for m in kw["methods"] or ():
         if m not in ALL_METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {list(ALL_METHODS)}")
+    from verifier.evaluation.attribution import ATTR_METHODS
+    from verifier.evaluation.sampling import SETTINGS
+
+    for m in kw["attr_methods"] or ():
+        if m not in ATTR_METHODS:
+            raise ValueError(f"unknown attribution method {m!r}; choose from {list(ATTR_METHODS)}")
+    for s in kw["settings"] or ():
+        if s not in SETTINGS:
+            raise ValueError(f"unknown sampling setting {s!r}; choose from {list(SETTINGS)}")
     if args.quick:
         cfg = Config.quick_config(**kw, out=args.out or "")
     else:
@@ -73,6 +92,18 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
         write_report(results, __import__("pathlib").Path(cfg.out))
     print(json.dumps(quick_summary(results), indent=1))
+
+
+def _caps(items: list[str] | None) -> dict[str, int] | None:
+    if not items:
+        return None
+    caps = {}
+    for item in items:
+        name, sep, n = item.rpartition("=")
+        if not sep or not n.isdigit():
+            raise ValueError(f"--attr-cap expects METHOD=N, got {item!r}")
+        caps[name] = int(n)
+    return caps
 
 
 def main(argv: list[str] | None = None) -> int:

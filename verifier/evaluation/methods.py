@@ -58,7 +58,12 @@ class Method:
     def supports(self) -> bool:
         return True
 
-    def processor(self, payloads: Sequence[Sequence[int]], seed: int) -> LogitsProcessor | None:
+    # HeRo draws the token itself, so it must see the sampling warpers; the others let `generate` apply them.
+    applies_warpers = False
+
+    def processor(
+        self, payloads: Sequence[Sequence[int]], seed: int, warpers: LogitsProcessorList | None = None
+    ) -> LogitsProcessor | None:
         raise NotImplementedError
 
     def decode(self, ids: list[list[int]]) -> list[Decoded]:
@@ -79,34 +84,49 @@ def _int_to_bits(v: int | None, n: int) -> list[int | None]:
 
 
 class HeroMethod(Method):
+    applies_warpers = True
+
     def __init__(self, name: str, bits: tuple[int, ...], total_bits: int, schedule, seed: int, context_width: int = 4):
-        self.profile: Profile = make_profile(bits, total_bits, VOCAB, schedule=schedule, context_width=context_width)
-        lob = [lv for lv in range(1, self.profile.depth + 1) for _ in range(self.profile.level_payload_bits(lv))]
-        super().__init__(name, total_bits, lob)
+        profile = make_profile(bits, total_bits, VOCAB, schedule=schedule, context_width=context_width)
+        self._setup(name, profile, seed)
+
+    @classmethod
+    def from_profile(cls, name: str, profile: Profile, seed: int) -> HeroMethod:
+        """A method for a given (e.g. the product's default) profile, keys derived from the run seed."""
+        m = cls.__new__(cls)
+        m._setup(name, profile, seed)
+        return m
+
+    def _setup(self, name: str, profile: Profile, seed: int) -> None:
+        self.profile = profile
+        lob = [lv for lv in range(1, profile.depth + 1) for _ in range(profile.level_payload_bits(lv))]
+        super().__init__(name, profile.total_bits, lob)
         self.keyset = KeySet(
-            tuple(derive_table(master(seed, name, lv), lv, b, f"l{lv}") for lv, b in enumerate(bits, start=1))
+            tuple(_level_table(master(seed, name, lv), profile, lv) for lv in range(1, profile.depth + 1))
         )
-        self._decoder = Decoder(self.profile, {t.level: [t] for t in self.keyset.tables})
+        self._decoder = Decoder(profile, {t.level: [t] for t in self.keyset.tables})
 
     def fields(self, bits: Sequence[int]) -> dict[str, int]:
+        """Flat payload bits (level 1's fields first, each field MSB first) -> named field values."""
         out, pos = {}, 0
-        for lv in range(1, self.profile.depth + 1):
-            n = self.profile.level_payload_bits(lv)
-            out[f"level{lv}"] = _bits_to_int(bits[pos : pos + n])
-            pos += n
+        for lvl in self.profile.levels:
+            for f in lvl.fields:
+                out[f.name] = _bits_to_int(bits[pos : pos + f.bits])
+                pos += f.bits
         return out
 
-    def processor(self, payloads, seed):
+    def processor(self, payloads, seed, warpers=None):
         g = torch.Generator().manual_seed(seed)
         return HeroLogitsProcessor(
-            self.profile, self.keyset, [self.fields(p) for p in payloads], LogitsProcessorList(), generator=g
+            self.profile, self.keyset, [self.fields(p) for p in payloads], warpers or LogitsProcessorList(), generator=g
         )
 
     def _decoded_bits(self, result, levels: range) -> list[int | None]:
         out: list[int | None] = []
         for lv in levels:
             lr = result.levels[lv - 1]
-            out.extend(_int_to_bits(lr.fields[f"level{lv}"], self.profile.level_payload_bits(lv)))
+            for f in self.profile.levels[lv - 1].fields:
+                out.extend(_int_to_bits(lr.fields.get(f.name), f.bits))
         return out
 
     def decode(self, ids):
@@ -119,23 +139,15 @@ class HeroMethod(Method):
                 out.append(Decoded(self._decoded_bits(r, range(1, self.profile.depth + 1)), -r.log10_p_value))
         return out
 
-    def decode_public_only(self, ids, guesses: int, seed: int) -> list[list[int | None]]:
-        """Private bits as a public-only verifier recovers them: level 1 from the true key, deeper
-        levels from independently drawn (wrong) key tables; `guesses` draws, bits concatenated."""
-        if self.profile.depth < 2:
-            return [[] for _ in ids]
-        rows: list[list[int | None]] = [[] for _ in ids]
-        for gi in range(guesses):
-            tables: dict[int, list[KeyTable]] = {1: [self.keyset.tables[0]]}
-            for lv in range(2, self.profile.depth + 1):
-                b = self.profile.levels[lv - 1].bits
-                tables[lv] = [derive_table(master(seed, self.name, lv, f"guess{gi}"), lv, b, f"g{lv}")]
-            res = _decode_safe(Decoder(self.profile, tables), ids)
-            for i, r in enumerate(res):
-                n_priv = self.total_bits - self.profile.level_payload_bits(1)
-                deeper = range(2, self.profile.depth + 1)
-                rows[i].extend([None] * n_priv if r is None else self._decoded_bits(r, deeper))
-        return rows
+
+def _level_table(secret: bytes, profile: Profile, level: int) -> KeyTable:
+    """Level `level`'s key table as the profile's spec version derives it (v2: one key per whole value
+    on per-value levels); engines without spec v2 derive the v1 table."""
+    from verifier.engine import keys
+
+    if hasattr(keys, "derive_level_table"):
+        return keys.derive_level_table(secret, profile, level, f"l{level}")
+    return derive_table(secret, level, profile.levels[level - 1].bits, f"l{level}")
 
 
 def _decode_safe(decoder: Decoder, ids: list[list[int]]):
@@ -153,7 +165,7 @@ class BaselineMethod(Method):
         super().__init__(name, total_bits, [1] * total_bits)
         self.scheme = factory(total_bits)
 
-    def processor(self, payloads, seed):
+    def processor(self, payloads, seed, warpers=None):
         return self.scheme.processor([list(p) for p in payloads])
 
     def decode(self, ids):
@@ -162,7 +174,7 @@ class BaselineMethod(Method):
 
 
 class Unwatermarked(Method):
-    def processor(self, payloads, seed):
+    def processor(self, payloads, seed, warpers=None):
         return None
 
     def decode(self, ids):

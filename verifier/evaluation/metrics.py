@@ -78,3 +78,36 @@ def tpr_at_fpr(positives: Sequence[float], negatives: Sequence[float], fpr: floa
         "n_neg": len(negatives),
         "resolved": fpr * len(negatives) >= 1,
     }
+
+
+def proportion(k: int, n: int) -> dict:
+    """k of n with a Wilson 95% interval (the form every attribution rate is reported in)."""
+    lo, hi = wilson(k, n)
+    return {"k": int(k), "n": int(n), "p": k / n if n else float("nan"), "lo": lo, "hi": hi}
+
+
+def reliability(confidence: Sequence[float], correct: Sequence[bool], bins: int = 10) -> list[dict]:
+    """Reliability diagram rows: per equal-width confidence bin, count, mean confidence, fraction
+    correct (Wilson 95%) and the gap |fraction correct - mean confidence|. Empty bins are left out."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    conf = np.clip(np.asarray(confidence, dtype=float), 0.0, 1.0)
+    ok = np.asarray(correct, dtype=bool)
+    which = np.minimum(np.searchsorted(edges, conf, side="right") - 1, bins - 1)
+    rows = []
+    for b in range(bins):
+        sel = which == b
+        n = int(sel.sum())
+        if not n:
+            continue
+        k = int(ok[sel].sum())
+        mean_c = float(conf[sel].mean())
+        rows.append(
+            {
+                "lo_edge": float(edges[b]),
+                "hi_edge": float(edges[b + 1]),
+                "mean_confidence": mean_c,
+                "gap": abs(k / n - mean_c),
+                **proportion(k, n),
+            }
+        )
+    return rows

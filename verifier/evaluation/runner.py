@@ -11,25 +11,24 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import sys
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
-from transformers import LogitsProcessor, LogitsProcessorList
 
 from verifier.evaluation import (
     SECTIONS,
     attacks,
     metrics,
 )
-from verifier.evaluation.methods import ALL_METHODS, UNWATERMARKED, HeroMethod, Method, build_method
-from verifier.evaluation.perplexity import LogProbRecorder, ppl_from_logprobs, score_ppl
+from verifier.evaluation.attribution import ATTR_METHODS
+from verifier.evaluation.generation import GenerationCache, generate_rows, slug
+from verifier.evaluation.methods import ALL_METHODS, UNWATERMARKED, Method, build_method
+from verifier.evaluation.perplexity import score_ppl
+from verifier.evaluation.sampling import T1
 
 FPRS = (1e-2, 5e-3, 1e-3, 5e-4)
 CORE = ("HeRo2(2,2)", "MPAC(2)", UNWATERMARKED, "BiMark(20)", "HeRo1(3)")
@@ -37,6 +36,20 @@ ROBUST_METHODS = ("HeRo1(3)", "HeRo2(2,2)", "MPAC(2)", "BiMark(20)")
 LONG_METHODS = ("HeRo2(2,2)", "MPAC(2)", "BiMark(20)", "HeRo1(3)", UNWATERMARKED)
 PAYLOAD_METHODS = ("HeRo2(2,2)", "MPAC(2)", "HeRo1(3)", "BiMark(20)")
 HIER_BITS = ("HeRo2(1,1)", "HeRo2(2,1)", "HeRo2(2,2)")
+
+
+# `--quick` sizes of the attribution section's small experiments (CI: seconds of generation each)
+QUICK_ATTR_PLAN = dict(
+    div_prompts=2,
+    repeats=4,
+    div_tokens=16,
+    users=8,
+    user_prompts=2,
+    prefix=8,
+    col_users=4,
+    col_prompts=2,
+    col_tokens=48,
+)
 
 
 @dataclass
@@ -54,11 +67,15 @@ class Config:
     payload_bits: tuple[int, ...] = (12, 48, 36)
     long_tokens: int = 400
     gemma_texts: int = 48
-    public_guesses: int = 16
     budget_minutes: float = 0.0  # 0 = no limit; sections starting past it are skipped
     out: str = "docs/evaluation"
     command: str = ""
     threads: int = 0
+    settings: tuple[str, ...] = ("T1", "k50p0.9")  # sampling settings of the attribution section
+    attr_methods: tuple[str, ...] = ATTR_METHODS
+    attr_plan: dict | None = None  # DataPlan overrides (diversity / collusion sizes)
+    attr_caps: dict | None = None  # method -> fewer main-cell texts than `prompts` (attribution section)
+    generate_only: bool = False  # attribution: fill the generation cache, measure nothing
 
     @classmethod
     def quick_config(cls, **kw) -> Config:
@@ -71,7 +88,7 @@ class Config:
             batch_size=32,
             sections=("main",),
             methods=("HeRo2(2,2)", "MPAC(2)", UNWATERMARKED),
-            public_guesses=16,
+            attr_plan=QUICK_ATTR_PLAN,
         )
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
@@ -80,10 +97,6 @@ class Config:
 def cache_root() -> Path:
     home = os.environ.get("HERO_HOME") or "~/.hero"
     return Path(home).expanduser() / "eval-cache"
-
-
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", s)
 
 
 def payload_bits(seed: int, total_bits: int, i: int) -> list[int]:
@@ -108,6 +121,7 @@ class Runner:
         self._human_cache: dict[int, list[list[int]]] = {}
         self.cache = cache_root() / f"seed{cfg.seed}"
         self.cache.mkdir(parents=True, exist_ok=True)
+        self.gen_cache = GenerationCache(self.cache, model, tokenizer, cfg.seed, cfg.batch_size, log)
         self._load_previous()
 
     def _load_previous(self) -> None:
@@ -149,78 +163,10 @@ class Runner:
 
     # -- generation (cached) -----------------------------------------------------------------------
     def generate(self, method: Method, n: int, tokens: int, tag: str) -> list[dict]:
-        path = self.cache / f"{_slug(f'{method.name}_{method.total_bits}b_{tokens}t')}.jsonl"
-        done: dict[int, dict] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line from a crash
-                done[r["i"]] = r
-        todo = [i for i in range(n) if i not in done]
-        bs = self.cfg.batch_size
-        if todo:
-            bar = tqdm(
-                total=len(todo) * tokens,
-                desc=f"{tag} {method.name}",
-                unit="tok",
-                file=self.log,
-                leave=False,
-                mininterval=5,
-            )
-            for s in range(0, len(todo), bs):
-                idx = todo[s : s + bs]
-                recs = self._generate_batch(method, idx, tokens, bar)
-                with path.open("a") as fh:
-                    for r in recs:
-                        fh.write(json.dumps(r) + "\n")
-                        done[r["i"]] = r
-            bar.close()
-        return [done[i] for i in range(n)]
-
-    def _generate_batch(self, method: Method, idx: list[int], tokens: int, bar) -> list[dict]:
-        prompts = [self.prompts[i] for i in idx]
-        pays = [payload_bits(self.cfg.seed, method.total_bits, i) for i in idx]
-        batch_seed = zlib.crc32(f"{self.cfg.seed}/{method.name}/{method.total_bits}/{tokens}/{idx[0]}".encode())
-        torch.manual_seed(batch_seed)
-        proc = method.processor(pays, batch_seed)
-        rec = LogProbRecorder()
-
-        procs = LogitsProcessorList([rec] + ([proc] if proc is not None else []) + [_Tick(bar, len(idx))])
-        enc = self.tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        t = time.perf_counter()
-        with torch.no_grad():
-            out = self.model.generate(
-                **enc,
-                max_new_tokens=tokens,
-                min_new_tokens=tokens,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                logits_processor=procs,
-                pad_token_id=self.tok.pad_token_id,
-            )
-        dt = time.perf_counter() - t
-        new = out[:, enc["input_ids"].shape[1] :]
-        lps = rec.finish(new[:, -1])
-        recs = []
-        for j, i in enumerate(idx):
-            ids = new[j].tolist()
-            recs.append(
-                {
-                    "i": i,
-                    "prompt": prompts[j],
-                    "payload": pays[j],
-                    "ids": ids,
-                    "text": self.tok.decode(ids, skip_special_tokens=True),
-                    "gen_ppl": ppl_from_logprobs(lps[j].tolist()),
-                    "gen_s_per_token": dt / (len(idx) * new.shape[1]),
-                    "batch": len(idx),
-                }
-            )
-        return recs
+        """The first n prompts, payload bits from `payload_bits`, plain T = 1 (the sections before spec v2)."""
+        return self.gen_cache.get(
+            method, self.prompts[:n], tokens, tag, lambda i: payload_bits(self.cfg.seed, method.total_bits, i)
+        )
 
     # -- evaluation of one cell ------------------------------------------------------------------
     def evaluate(self, method: Method, recs: list[dict], tokens: int, *, humans: bool = True) -> dict:
@@ -242,13 +188,6 @@ class Runner:
             hdec = method.decode(hids)
             cell["human_scores"] = [d.score for d in hdec]
             cell["tpr"] = {str(f): metrics.tpr_at_fpr(cell["scores"], cell["human_scores"], f) for f in FPRS}
-        if isinstance(method, HeroMethod) and method.profile.depth > 1:
-            pub = method.decode_public_only(ids, self.cfg.public_guesses, self.cfg.seed)
-            rows = []
-            for r, bits in zip(recs, pub, strict=True):
-                truth = [b for b, lv in zip(r["payload"], method.level_of_bit, strict=True) if lv > 1]
-                rows.append(metrics.bit_correct(bits, truth * self.cfg.public_guesses, undecoded_as="coin"))
-            cell["private_public_only"] = metrics.bit_accuracy(rows)
         return cell
 
     def _bit_stats(self, method: Method, dec, recs, prefix: str = "") -> dict:
@@ -446,7 +385,9 @@ class Runner:
                 idx = list(range(rd * batch, (rd + 1) * batch))
                 idx = [i % len(self.prompts) for i in idx]
                 t = time.perf_counter()
-                self._generate_batch(methods[n], idx, steps, bar)
+                pays = [payload_bits(cfg.seed, 24, i) for i in idx]
+                prompts = [self.prompts[i] for i in idx]
+                generate_rows(self.model, self.tok, methods[n], prompts, pays, steps, rd, T1, bar)
                 gen[n].append(1000 * (time.perf_counter() - t) / (batch * steps))
         bar.close()
         hids = self.human_ids(cfg.tokens)
@@ -472,6 +413,11 @@ class Runner:
         self.results["cells"]["timing"] = out
         self.save()
 
+    def section_attribution(self) -> None:
+        from verifier.evaluation.attribution_section import AttributionSection
+
+        AttributionSection(self).run()
+
     def section_gemma(self) -> None:
         from verifier.lm import load_model
 
@@ -484,7 +430,7 @@ class Runner:
                 continue
             m = build_method(name, 24, cfg.seed)
             recs = self.generate(m, cfg.prompts, cfg.tokens, "gemma")[: cfg.gemma_texts]
-            path = self.cache / f"{_slug(f'gemma_{m.name}_{m.total_bits}b_{cfg.tokens}t')}.jsonl"
+            path = self.cache / f"{slug(f'gemma_{m.name}_{m.total_bits}b_{cfg.tokens}t')}.jsonl"
             have = {}
             if path.exists():
                 have = {json.loads(x)["i"]: json.loads(x)["ppl"] for x in path.read_text().splitlines() if x.strip()}
@@ -504,19 +450,8 @@ class Runner:
             self.save()
 
 
-class _Tick(LogitsProcessor):
-    """Advances the progress bar by one token per row at every generation step."""
-
-    def __init__(self, bar, rows: int) -> None:
-        self.bar, self.rows = bar, rows
-
-    def __call__(self, input_ids, scores):
-        self.bar.update(self.rows)
-        return scores
-
-
 def quick_summary(results: dict) -> dict:
-    """The JSON printed by `hero eval --quick`: per method bit_acc, ppl and (HeRo^2) public-only accuracy."""
+    """The JSON printed by `hero eval --quick`: per method bit_acc (public / private for HeRo^2) and ppl."""
     out: dict = {}
     for key, cell in results["cells"].items():
         if not key.startswith("main/"):
@@ -525,8 +460,7 @@ def quick_summary(results: dict) -> dict:
         if "bit_acc" in cell:
             s["bit_acc"] = cell["bit_acc"]["mean"]
             s["bit_acc_ci95"] = [cell["bit_acc"]["lo"], cell["bit_acc"]["hi"]]
-        if "private_public_only" in cell:
-            s["private_bit_acc_public_only"] = cell["private_public_only"]["mean"]
+        if "private_bit_acc" in cell:
             s["public_bit_acc"] = cell["public_bit_acc"]["mean"]
             s["private_bit_acc"] = cell["private_bit_acc"]["mean"]
         if "gen_ms_per_token" in cell:

@@ -1,0 +1,168 @@
+"""Batched generation for the evaluation, and its resumable on-disk cache.
+
+`generate_rows` samples one batch for any method under a sampling setting and records the generator's
+own per-token log-probabilities (raw T = 1 logits, before any watermark or warper: the PPL every method
+is compared on). `GenerationCache` appends finished batches to a JSONL file keyed by method, payload
+size, token budget, payload scheme and sampling setting, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from verifier.evaluation.methods import Method
+from verifier.evaluation.perplexity import LogProbRecorder, ppl_from_logprobs
+from verifier.evaluation.sampling import NEUTRAL, T1, Sampling
+
+PayloadFn = Callable[[int], list[int]]
+
+
+class Tick(LogitsProcessor):
+    """Advances a progress bar by one token per row at every generation step."""
+
+    def __init__(self, bar, rows: int) -> None:
+        self.bar, self.rows = bar, rows
+
+    def __call__(self, input_ids, scores):
+        if self.bar is not None:
+            self.bar.update(self.rows)
+        return scores
+
+
+def generate_rows(
+    model,
+    tok,
+    method: Method,
+    prompts: Sequence[str],
+    payloads: Sequence[Sequence[int]],
+    tokens: int,
+    seed: int,
+    sampling: Sampling = T1,
+    bar=None,
+) -> tuple[torch.Tensor, list[float], float]:
+    """One batch: (new token ids [B, tokens], generator PPL per row, seconds). `seed` fixes torch's RNG
+    (plain sampling, unwatermarked steps) and the method's own generator."""
+    torch.manual_seed(seed)
+    proc = (
+        method.processor(payloads, seed, sampling.warpers())
+        if method.applies_warpers
+        else method.processor(payloads, seed)
+    )
+    rec = LogProbRecorder()
+    procs = LogitsProcessorList([rec] + ([proc] if proc is not None else []) + [Tick(bar, len(prompts))])
+    enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+    warp = NEUTRAL if method.applies_warpers else sampling.generate_kwargs()
+    t = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(
+            **enc,
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            do_sample=True,
+            logits_processor=procs,
+            pad_token_id=tok.pad_token_id,
+            **warp,
+        )
+    dt = time.perf_counter() - t
+    new = out[:, enc["input_ids"].shape[1] :]
+    lps = rec.finish(new[:, -1])
+    return new, [ppl_from_logprobs(lps[j].tolist()) for j in range(new.shape[0])], dt
+
+
+class GenerationCache:
+    """Per-cell JSONL cache of generations (one record per prompt index), filled batch by batch."""
+
+    def __init__(self, root: Path, model, tok, seed: int, batch_size: int, log) -> None:
+        self.root, self.model, self.tok, self.seed = root, model, tok, seed
+        self.batch_size, self.log = batch_size, log
+
+    def path(self, method: Method, tokens: int, sampling: Sampling, scheme: str = "") -> Path:
+        name = f"{method.name}_{method.total_bits}b_{tokens}t{scheme}{sampling.cache_suffix}"
+        return self.root / f"{slug(name)}.jsonl"
+
+    @staticmethod
+    def load(path: Path) -> dict[int, dict]:
+        done: dict[int, dict] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn last line from a crash
+                done[r["i"]] = r
+        return done
+
+    def get(
+        self,
+        method: Method,
+        prompts: Sequence[str],
+        tokens: int,
+        tag: str,
+        payload: PayloadFn,
+        *,
+        sampling: Sampling = T1,
+        scheme: str = "",
+        indices: Sequence[int] | None = None,
+    ) -> list[dict]:
+        """Records for prompt indices `indices` (default all), generating the missing ones.
+
+        `scheme` names how payloads were chosen (part of the cache key and of the batch seeds; '' keeps
+        the seeds and file names of earlier runs)."""
+        path = self.path(method, tokens, sampling, scheme)
+        done = self.load(path)
+        want = list(range(len(prompts))) if indices is None else list(indices)
+        todo = [i for i in want if i not in done]
+        if todo:
+            bar = tqdm(
+                total=len(todo) * tokens,
+                desc=f"{tag} {method.name}",
+                unit="tok",
+                file=self.log,
+                leave=False,
+                mininterval=5,
+            )
+            for s in range(0, len(todo), self.batch_size):
+                idx = todo[s : s + self.batch_size]
+                key = f"{self.seed}/{method.name}/{method.total_bits}/{tokens}/{idx[0]}{scheme}{sampling.cache_suffix}"
+                pays = [payload(i) for i in idx]
+                new, ppls, dt = generate_rows(
+                    self.model,
+                    self.tok,
+                    method,
+                    [prompts[i] for i in idx],
+                    pays,
+                    tokens,
+                    zlib.crc32(key.encode()),
+                    sampling,
+                    bar,
+                )
+                with path.open("a") as fh:
+                    for j, i in enumerate(idx):
+                        ids = new[j].tolist()
+                        r = {
+                            "i": i,
+                            "prompt": prompts[i],
+                            "payload": list(pays[j]),
+                            "ids": ids,
+                            "text": self.tok.decode(ids, skip_special_tokens=True),
+                            "gen_ppl": ppls[j],
+                            "gen_s_per_token": dt / (len(idx) * new.shape[1]),
+                            "batch": len(idx),
+                        }
+                        fh.write(json.dumps(r) + "\n")
+                        done[i] = r
+            bar.close()
+        return [done[i] for i in want]
+
+
+def slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", s)

@@ -20,22 +20,77 @@ class VerifyIn(BaseModel):
     )
 
 
+class CandidateOut(BaseModel):
+    """One value a `mixed` level's evidence supports on its own."""
+
+    fields: dict[str, int | None] = Field(description="the candidate's field values")
+    p_value: float = Field(description="this value's own p-value (corrected for the values and regions searched)")
+    tokens: int = Field(description="scored tokens of the region that supports it")
+
+
+class SpanOut(BaseModel):
+    """A stretch of the text attributed to one value (a `mixed` level with a change point)."""
+
+    start: int = Field(description="first token position (the verifier's tokenisation of the text)")
+    end: int = Field(description="token position after the span (exclusive)")
+    fields: dict[str, int | None] = Field(description="the value this span carries")
+
+
 class LevelOut(BaseModel):
-    level: int
-    key_version: str | None
-    fields: dict[str, int | None] | None
-    confidence: float
-    p_value: float
-    status: str = Field(description="decoded | undecodable")
-    reason: str | None
+    """One level (only levels up to the caller's role maximum are present). See docs/results.md."""
+
+    level: int = Field(description="1 = public level (e.g. `model`); deeper levels are private (e.g. `user`)")
+    key_version: str | None = Field(
+        description="key version of this level that matched best, e.g. `l2-v1` (null: no usable key)"
+    )
+    fields: dict[str, int | None] | None = Field(
+        description="field values, released only when `status` is `decoded` (this level's own evidence supports "
+        "one value); every value is null otherwise"
+    )
+    confidence: float = Field(
+        description="probability that the released value is exactly right (spec v2, section 13.6); 0 when no "
+        "value is released. v1 profiles: the decoder's plug-in estimate",
+    )
+    p_value: float = Field(
+        description="this level's own p-value: probability of evidence at least this strong in text without "
+        "the watermark, corrected for the candidate values and the key versions tried",
+    )
+    status: str = Field(
+        description="decoded (one value supported) | absent (no evidence for this level: fields null) | mixed "
+        "(two or more values each significant: see `candidates`; fields null) | undecodable (keys gone or "
+        "nothing scored: see `reason`)"
+    )
+    reason: str | None = Field(description="why the level is not decoded, in words; null otherwise")
+    candidates: list[CandidateOut] | None = Field(
+        default=None, description="`mixed` only: each supported value, best first"
+    )
+    spans: list[SpanOut] | None = Field(
+        default=None, description="`mixed` only, when a change point is found: which tokens carry which value"
+    )
 
 
 class ResultOut(BaseModel):
-    watermarked: bool
-    p_value: float
-    key_version: str | None
-    tokens_scored: int
-    levels: list[LevelOut]
+    """The verdict on one text, in input order. See docs/results.md for how to read it."""
+
+    watermarked: bool = Field(
+        description="true when `p_value` <= HERO_ALPHA (default 1e-4) and at least one token was scored"
+    )
+    p_value: float = Field(
+        description="Fisher combination of the per-level p-values decoded for this caller: it differs between "
+        "roles (a moderator sees level 1 only) and grows with the number of key versions tried after a rotation",
+    )
+    key_version: str | None = Field(description="level-1 key version the text matched, e.g. `l1-v2`")
+    tokens_scored: int = Field(
+        description="tokens that carry evidence: the first tokens without a full context and tokens whose "
+        "context repeats are not scored",
+    )
+    flags: list[str] = Field(
+        default_factory=list,
+        description="warnings on the whole result: `inconsistent-levels` (level 1 decoded, a deeper level held "
+        "by this caller absent), `mixed-sources` (some level is mixed)",
+    )
+    spec_version: int | None = Field(default=None, description="watermark spec version of the profile used")
+    levels: list[LevelOut] = Field(description="one entry per decoded level, level 1 first")
 
 
 class VerifiedOut(ResultOut):
@@ -43,4 +98,4 @@ class VerifiedOut(ResultOut):
 
 
 class VerifyOut(BaseModel):
-    results: list[VerifiedOut]
+    results: list[VerifiedOut] = Field(description="one result per input text, in input order")

@@ -76,7 +76,8 @@ def test_ok_request_shape(svc1):
     r = post(svc1, json={"texts": ["An ordinary sentence, not watermarked at all."]})
     assert r.status_code == 200
     (res,) = r.json()["results"]
-    assert set(res) == {"watermarked", "p_value", "key_version", "tokens_scored", "flags", "spec_version", "levels", "receipt"}
+    assert set(res) == {
+        "watermarked", "p_value", "key_version", "tokens_scored", "flags", "spec_version", "levels", "receipt"}
     assert res["watermarked"] is False
     assert {"level", "fields", "confidence"} <= set(res["levels"][0])
 

@@ -11,8 +11,8 @@ from verifier.engine.decoder import Decoder
 from verifier.evaluation import collusion as col
 from verifier.evaluation import metrics
 from verifier.evaluation.attribution import attribute
-from verifier.evaluation.attribution_section import COLLUSION_SETTING
 from verifier.evaluation.methods import BaselineMethod, HeroMethod
+from verifier.evaluation.sampling import COLLUSION_SETTING
 from verifier.evaluation.splices import classify, splice_ids
 
 

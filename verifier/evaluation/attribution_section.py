@@ -8,9 +8,8 @@ from __future__ import annotations
 from verifier.evaluation.attribution import build_attr_method
 from verifier.evaluation.attribution_data import AttributionData, DataPlan
 from verifier.evaluation.methods import UNWATERMARKED
-from verifier.evaluation.sampling import PROVIDER, SETTINGS
+from verifier.evaluation.sampling import COLLUSION_SETTING, SETTINGS
 
-COLLUSION_SETTING = PROVIDER
 ROUND = 50  # prompts per generation round (a multiple of the batch size keeps batch seeds fixed)
 
 

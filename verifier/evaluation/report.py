@@ -7,16 +7,11 @@ import math
 from pathlib import Path
 
 from verifier.evaluation import report_attribution
+from verifier.evaluation.formatting import ci_text as _ci
+from verifier.evaluation.formatting import paired_values as _paired_values
 
 FPRS = ("0.01", "0.005", "0.001", "0.0005")
 
-
-def _ci(d: dict | None, key: str = "mean") -> str:
-    if not d or d.get(key) is None or (isinstance(d.get(key), float) and math.isnan(d[key])):
-        return "—"
-    if key == "median":  # perplexities
-        return f"{d[key]:.1f} [{d['lo']:.1f}, {d['hi']:.1f}]"
-    return f"{d[key]:.3f} [{d['lo']:.3f}, {d['hi']:.3f}]"
 
 
 def _tpr(t: dict, mark_unresolved: bool = False) -> str:
@@ -309,26 +304,6 @@ def _ablation(results: dict) -> list[str]:
 def _paired_ppl(main: list[tuple[str, dict]]) -> dict[str, tuple[float, float]]:
     return _paired_values({name: c.get("gen_ppl") or [] for name, c in main})
 
-
-def _paired_values(values: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
-    """Per-prompt log(PPL / PPL_unwatermarked): median and Wilcoxon signed-rank p (lists aligned by prompt)."""
-    base = values.get("unwatermarked")
-    if not base:
-        return {}
-    try:
-        from scipy.stats import wilcoxon
-    except ImportError:
-        return {}
-    out = {}
-    for name, vals in values.items():
-        if name == "unwatermarked" or not vals:
-            continue
-        pairs = [(a, b) for a, b in zip(vals, base, strict=False) if a > 0 and b > 0]
-        if len(pairs) < 6:
-            continue
-        lr = sorted(math.log(a / b) for a, b in pairs)
-        out[name] = (lr[len(lr) // 2], float(wilcoxon(lr).pvalue))
-    return out
 
 
 def _best_k1(hier: dict, full_tokens: int) -> dict:

@@ -226,6 +226,11 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
             by_region[(r.lo, r.hi)] = (v, lp)
     ranked = sorted(found.values(), key=lambda c: c.log_p)
     if len(ranked) >= 2 or two_in_a_cell:
+        if not ev.per_value:
+            # Segment winners of a mixed text may pair segments of different sources: name no value.
+            return Attribution("mixed", level_lp, reason=(
+                "two or more sources: some segments carry two supported values; a segmented level cannot "
+                "attribute whole values to them"))
         return Attribution("mixed", level_lp, candidates=ranked, spans=_spans(by_region, windows, ev),
                            reason="two or more values are each supported by their own evidence")
     if not ranked:

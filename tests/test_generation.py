@@ -9,7 +9,7 @@ import torch
 from tests.helpers.keys import make_keyset
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import HeroLogitsProcessor, generate_watermarked, make_warpers
-from verifier.engine.profile import default_profile
+from verifier.engine.profile import default_profile, v1_profile
 
 PROMPTS = ["The minister said on Monday that", "Shares in the technology group rose sharply after the company"]
 
@@ -85,7 +85,7 @@ def test_processor_rejects_mismatched_inputs():
 
 
 def test_repeated_contexts_unwatermarked_and_recorded_only_inside_continuation():
-    profile = default_profile()
+    profile = v1_profile()  # h = 4 (the v2 default has h = 3)
     ks = make_keyset(profile)
     proc = HeroLogitsProcessor(profile, ks, [{"model": 1, "user": 1}])
     prompt = torch.tensor([[5, 6, 7, 8]])

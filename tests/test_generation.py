@@ -9,7 +9,7 @@ import torch
 from tests.helpers.keys import make_keyset
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import HeroLogitsProcessor, generate_watermarked, make_warpers
-from verifier.engine.profile import default_profile
+from verifier.engine.profile import default_profile, v1_profile
 
 PROMPTS = ["The minister said on Monday that", "Shares in the technology group rose sharply after the company"]
 
@@ -66,18 +66,10 @@ def test_left_padded_batch_each_row_its_own_payload(smollm2):
     res = dec.decode_ids([g.token_ids for g in gens])
     for r, p in zip(res, payloads, strict=True):
         assert r.watermarked
-        # each row decodes its own payload (a 160-token row: most bits, not necessarily all 12)
-        assert _bits_right(r.levels[0].fields["model"], p["model"]) >= 9
-        assert _bits_right(r.levels[1].fields["user"], p["user"]) >= 9
-    # and not the other row's
-    other = [_bits_right(res[0].levels[1].fields["user"], payloads[1]["user"])]
-    assert other[0] < 12
-
-
-def _bits_right(decoded, truth, bits=12):
-    if decoded is None:
-        return 0
-    return sum(((decoded >> i) & 1) == ((truth >> i) & 1) for i in range(bits))
+        # each row decodes its own payload: spec v2 releases the exact user of a 160-token row (the model
+        # only when every 2-bit segment has its own evidence), never the other row's
+        assert r.levels[1].status == "decoded" and r.levels[1].fields == {"user": p["user"]}
+        assert r.levels[0].fields["model"] in (p["model"], None)
 
 
 def test_processor_rejects_mismatched_inputs():
@@ -93,7 +85,7 @@ def test_processor_rejects_mismatched_inputs():
 
 
 def test_repeated_contexts_unwatermarked_and_recorded_only_inside_continuation():
-    profile = default_profile()
+    profile = v1_profile()  # h = 4 (the v2 default has h = 3)
     ks = make_keyset(profile)
     proc = HeroLogitsProcessor(profile, ks, [{"model": 1, "user": 1}])
     prompt = torch.tensor([[5, 6, 7, 8]])

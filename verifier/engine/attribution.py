@@ -78,6 +78,7 @@ class Attribution:
     candidates: list[Candidate] = field(default_factory=list)
     spans: list[Span] = field(default_factory=list)
     reason: str | None = None
+    most_likely: int | None = None  # whole-text argmax value, supported or not (evaluation only)
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,14 @@ def _bit_confidence(marg: Tensor, n: Tensor, winners: list[int], bits: int) -> l
 
 def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
     """The level's status and released value; `cell_bits` = bits per cell (b, or the whole value's)."""
+    att = _decide(ev, alpha, cell_bits)
+    full = _region(ev, 0, ev.scores.shape[0])
+    if all(int(n) > 0 for n in full.n):
+        att.most_likely = _join(full.winners, cell_bits)
+    return att
+
+
+def _decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
     windows = ev.scores.shape[0]
     full = _region(ev, 0, windows)
     if full.tokens == 0:
@@ -217,6 +226,11 @@ def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
             by_region[(r.lo, r.hi)] = (v, lp)
     ranked = sorted(found.values(), key=lambda c: c.log_p)
     if len(ranked) >= 2 or two_in_a_cell:
+        if not ev.per_value:
+            # Segment winners of a mixed text may pair segments of different sources: name no value.
+            return Attribution("mixed", level_lp, reason=(
+                "two or more sources: some segments carry two supported values; a segmented level cannot "
+                "attribute whole values to them"))
         return Attribution("mixed", level_lp, candidates=ranked, spans=_spans(by_region, windows, ev),
                            reason="two or more values are each supported by their own evidence")
     if not ranked:

@@ -46,6 +46,9 @@ class LevelResult:
     reason: str | None = None
     candidates: list[dict] | None = None  # mixed: [{"fields", "p_value", "tokens"}], best first
     spans: list[dict] | None = None  # mixed: [{"start", "end", "fields"}] token positions, end exclusive
+    # The whole-text argmax value whether or not the evidence supports it: the paper's bit-accuracy metric
+    # (evaluation only). Never serialized (to_dict drops it), never released to a caller.
+    most_likely: int | None = None
 
 
 @dataclass
@@ -60,7 +63,10 @@ class DecodeResult:
     spec_version: int = 1
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for lv in d["levels"]:
+            lv.pop("most_likely", None)
+        return d
 
 
 def _log10(log_p: float) -> float:
@@ -252,6 +258,7 @@ class Decoder:
             versions_tried=tried,
             status=status,
             reason=reason,
+            most_likely=att.most_likely,
             candidates=[
                 {"fields": value_fields(prof, level, c.value), "p_value": stats.to_p(c.log_p), "tokens": c.tokens}
                 for c in att.candidates

@@ -124,9 +124,8 @@ class HeroMethod(Method):
     def _decoded_bits(self, result, levels: range) -> list[int | None]:
         out: list[int | None] = []
         for lv in levels:
-            lr = result.levels[lv - 1]
-            for f in self.profile.levels[lv - 1].fields:
-                out.extend(_int_to_bits(lr.fields.get(f.name), f.bits))
+            lr = result.levels[lv - 1]  # the paper's metric: argmax bits, whether or not they would be released
+            out.extend(_int_to_bits(lr.most_likely, self.profile.level_payload_bits(lv)))
         return out
 
     def decode(self, ids):

@@ -5,7 +5,7 @@
   const state = { me: null, config: null, jobsOffset: 0, auditAfter: 0, pollTimer: null };
   const $ = (id) => document.getElementById(id);
 
-  // DOM builder: text only (never innerHTML), so nothing from a response is ever parsed as HTML.
+  // DOM builder: text nodes only (no HTML parsing of strings), so nothing from a response is ever parsed as HTML.
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {

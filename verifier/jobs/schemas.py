@@ -26,7 +26,7 @@ class Progress(BaseModel):
 class JobSummary(BaseModel):
     job_id: str
     status: str = Field(description="queued | running | done | failed")
-    progress: Progress
+    progress: Progress = Field(description="texts done out of the total")
     max_level: int = Field(description="deepest level decoded for this job")
     created_at: str | None = Field(description="ISO-8601 UTC")
     updated_at: str | None = Field(description="ISO-8601 UTC")
@@ -43,7 +43,7 @@ class JobListOut(BaseModel):
 class JobOut(BaseModel):
     job_id: str
     status: str = Field(description="queued | running | done | failed")
-    progress: Progress
+    progress: Progress = Field(description="texts done out of the total")
     max_level: int = Field(description="deepest level decoded for this job")
     created_at: str | None = Field(description="ISO-8601 UTC")
     updated_at: str | None = Field(description="ISO-8601 UTC")

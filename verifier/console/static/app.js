@@ -280,7 +280,7 @@
     const box = $("job-detail");
     box.replaceChildren(el("h3", {}, "Results of job " + data.job_id.slice(0, 8)),
       data.receipt ? el("p", { class: "muted" }, "This read is audited (jobs.read, event #" + (data.receipt.leaf_index + 1) + ").") : null,
-      (data.results || []).map((r, i) => renderResult(r, null, i)));
+      ...(data.results || []).map((r, i) => renderResult(r, null, i)));
   }
 
   async function loadJobs(reset) {

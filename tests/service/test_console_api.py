@@ -130,20 +130,25 @@ def test_console_page_and_assets_are_local_and_locked_down(lite):
     assert lite.client.get("/console/assets/nope.js").status_code == 404
 
 
-def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode(lite):
+def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode_and_locally(lite):
+    from fastapi.testclient import TestClient
+
     cfg = lite.client.get("/console/config").json()
     assert cfg["dev_mode"] is True and {"moderator", "auditor", "admin"} <= set(cfg["roles"])
+    local = TestClient(lite.app, client=("127.0.0.1", 40000))  # no `with`: the app's lifespan runs once, in lite
     for role, level in (("moderator", 1), ("auditor", 2), ("admin", 2)):
-        r = lite.client.post(f"/console/dev-token?role={role}")
+        r = local.post(f"/console/dev-token?role={role}")
         assert r.status_code == 200, r.text
-        me = lite.client.get("/console/whoami", headers={"Authorization": "Bearer " + r.json()["token"]}).json()
+        me = local.get("/console/whoami", headers={"Authorization": "Bearer " + r.json()["token"]}).json()
         assert me["role"] == role and me["max_level"] == level and me["subject"] == f"console-{role}"
-    assert lite.client.post("/console/dev-token?role=root").status_code == 422
-    assert lite.client.get("/console/whoami").status_code == 401
+    assert local.post("/console/dev-token?role=root").status_code == 422
+    assert local.get("/console/whoami").status_code == 401
+    remote = TestClient(lite.app, client=("203.0.113.7", 40000))
+    assert remote.post("/console/dev-token?role=admin").status_code == 403  # not from this machine
 
     lite.ctx.settings = lite.settings.model_copy(update={"dev_mode": False})
-    assert lite.client.post("/console/dev-token?role=admin").status_code == 404
-    assert lite.client.get("/console/config").json() == {"dev_mode": False, "roles": [], "alpha": cfg["alpha"]}
+    assert remote.post("/console/dev-token?role=admin").status_code == 404
+    assert remote.get("/console/config").json() == {"dev_mode": False, "roles": [], "alpha": cfg["alpha"]}
 
 
 def test_docs_and_redoc_load_only_local_assets(lite):

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import ipaddress
 from importlib import resources
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, Field
 
 from verifier.auth.dependencies import current_principal
 from verifier.auth.principal import Principal
 from verifier.context import Ctx
-from verifier.errors import InvalidInput, NotFound
+from verifier.errors import Forbidden, InvalidInput, NotFound
 
 router = APIRouter(prefix="/console", tags=["console"])
 
@@ -71,11 +72,22 @@ def whoami(p: Annotated[Principal, Depends(current_principal)]) -> dict:
     return {"subject": p.sub, "role": p.role, "max_level": p.max_level, "actions": sorted(p.actions)}
 
 
-@router.post("/dev-token", response_model=DevToken, summary="Dev mode only: a token for a role (404 otherwise)",
-             responses={404: {}, 422: {}})
-def dev_token(ctx: Ctx, role: Annotated[str, Query(min_length=1, max_length=64)]) -> dict:
+def _loopback(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@router.post("/dev-token", response_model=DevToken,
+             summary="Dev mode only, from this machine only: a token for a role (404 outside dev mode)",
+             responses={403: {}, 404: {}, 422: {}})
+def dev_token(request: Request, ctx: Ctx, role: Annotated[str, Query(min_length=1, max_length=64)]) -> dict:
     if not ctx.settings.dev_mode:
         raise NotFound("not found")  # outside dev mode the route does not exist
+    if not _loopback(request):  # a dev server bound to a public address must not hand out admin tokens
+        raise Forbidden("dev sign-in only from the machine running the service")
     from verifier.auth.devkeys import mint_token
 
     if ctx.policy.role(role) is None:

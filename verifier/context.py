@@ -66,7 +66,7 @@ def build_context(
     private_dir(settings.home)
     if settings.should_auto_migrate:
         upgrade(settings.db_url)
-    db = Database(settings.db_url)
+    db = Database(settings.db_url, settings.sqlite_synchronous)
     store = DbKeyStore(db, make_kek_provider(settings))
     profile = resolve_profile(settings.profile)
     policy = load_policy(settings.roles_file)

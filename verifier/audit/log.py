@@ -104,11 +104,11 @@ def size(s: Session) -> int:
 def checkpoint(s: Session, signer: LogSigner, interval_s: float, at: int | None = None) -> tuple[int, str]:
     """(size, signed note) for the tree at `at` (default: now). Stores it when the stored ones are stale."""
     n = size(s) if at is None else at
-    latest = repo.latest_checkpoint(s)
-    if latest is not None and latest.size == n:
-        return n, latest.note
+    latest = repo.latest_checkpoint_ref(s)
+    if latest is not None and latest[0] == n:
+        return n, latest[1]
     note = signer.sign(n, view(s, remember=True).mth(0, n))
-    due = latest is None or (latest.size < n and time.time() - latest.created_at >= interval_s)
+    due = latest is None or (latest[0] < n and time.time() - latest[2] >= interval_s)
     if interval_s > 0 and due:
         store(s, signer, n, note)
     return n, note

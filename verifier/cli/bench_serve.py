@@ -354,6 +354,7 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
         "generator": "wrk" if wrk else "python",
         "generator_cpu_share": round(r["generator_cpu_s"] / (wall * cores), 3),
         "server_cpu_share": round(server_cpu / (wall * cores), 3),
+        "server_cpu_ms_per_text": round(1000 * server_cpu / max(1, r["ok"] * m), 3),
         "cores": cores,
         "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }

@@ -57,8 +57,8 @@ class MaterialCache:
     __str__ = __repr__
 
     def epoch(self, profile: Profile) -> int:
-        with self.store.db.snapshot() as s:
-            return repo.epoch(s, profile.name)
+        with self.store.db.reader() as conn:
+            return repo.epoch(conn, profile.name)
 
     def get(self, profile: Profile, max_level: int) -> CachedMaterial:
         """Material of levels 1..min(max_level, depth), current as of the epoch read now."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
 from verifier.keys.models import KeyEpochRow, KeyVersionRow
@@ -51,9 +51,9 @@ def all_sealed(s: Session) -> list[KeyVersionRow]:
     )
 
 
-def epoch(s: Session, profile: str) -> int:
+def epoch(s: Session | Connection, profile: str) -> int:
     """The profile's key epoch (0 before any key change was recorded)."""
-    return int(s.scalar(select(KeyEpochRow.epoch).where(KeyEpochRow.profile == profile)) or 0)
+    return int(s.execute(select(KeyEpochRow.epoch).where(KeyEpochRow.profile == profile)).scalar() or 0)
 
 
 def bump_epoch(s: Session, profile: str) -> None:

@@ -98,8 +98,8 @@ def make_batcher(ctx: ServiceContext) -> Batcher:
     return Batcher(process, window_s=s.verify_batch_window_ms / 1000, max_texts=s.verify_batch_max_texts)
 
 
-def get_context(request: Request) -> ServiceContext:
-    return request.app.state.ctx
+async def get_context(request: Request) -> ServiceContext:
+    return request.app.state.ctx  # async: a sync dependency would cost a worker-thread hop per request
 
 
 Ctx = Annotated[ServiceContext, Depends(get_context)]

@@ -56,6 +56,8 @@ def register(bsub: argparse._SubParsersAction) -> None:
     s.add_argument("--workers", type=int, default=None, help="server worker processes (default: hero serve's)")
     s.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                    help="extra HERO_* setting for the server, e.g. HERO_VERIFY_BATCHING=0 (repeatable)")
+    s.add_argument("--server-source", default=None, metavar="DIR",
+                   help="run the server from another checkout of this project (before/after comparisons)")
     s.set_defaults(handler=cmd_serve_bench)
 
 
@@ -288,6 +290,8 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
         env["HERO_PROFILE"] = args.profile
     if db_url:
         env["HERO_DATABASE_URL"] = db_url
+    if args.server_source:
+        env["PYTHONPATH"] = str(Path(args.server_source).resolve())
     for item in args.server_env:
         name, sep, value = item.partition("=")
         if not sep or not name.startswith("HERO_"):
@@ -354,6 +358,7 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
         "generator": "wrk" if wrk else "python",
         "generator_cpu_share": round(r["generator_cpu_s"] / (wall * cores), 3),
         "server_cpu_share": round(server_cpu / (wall * cores), 3),
+        "server_source": args.server_source or "this checkout",
         "server_cpu_ms_per_text": round(1000 * server_cpu / max(1, r["ok"] * m), 3),
         "cores": cores,
         "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],

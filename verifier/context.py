@@ -26,6 +26,8 @@ from verifier.lm import TokenizerCache
 from verifier.ratelimit import RateLimiter, make_rate_limiter
 from verifier.secretfile import private_dir
 from verifier.settings import Settings
+from verifier.verify import service as verify_service
+from verifier.verify.batcher import Batcher
 from verifier.verify.runner import DecodeRunner, InProcessRunner
 
 
@@ -42,11 +44,14 @@ class ServiceContext:
     jobs: Dispatcher
     signer: LogSigner  # signs transparency-log checkpoints (receipts, GET /v1/audit/checkpoint)
     limiter: RateLimiter  # per-subject / per-role quotas on texts
+    batcher: Batcher | None = None  # /v1/verify micro-batcher (None: HERO_VERIFY_BATCHING=0)
 
     def __repr__(self) -> str:
         return f"ServiceContext(profile={self.profile.name!r}, db={self.db.dialect})"
 
     def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
         self.jobs.close()
         self.runner.close()
         self.db.dispose()
@@ -61,7 +66,7 @@ def build_context(
     private_dir(settings.home)
     if settings.should_auto_migrate:
         upgrade(settings.db_url)
-    db = Database(settings.db_url)
+    db = Database(settings.db_url, settings.sqlite_synchronous)
     store = DbKeyStore(db, make_kek_provider(settings))
     profile = resolve_profile(settings.profile)
     policy = load_policy(settings.roles_file)
@@ -75,14 +80,26 @@ def build_context(
             return DrainContext.from_settings(settings, db, store, policy, profiles, tokenizers, worker="api-inprocess")
 
         jobs = InProcessDispatcher(db, drain_context)
-    runner = runner or InProcessRunner(store, tokenizers)
-    return ServiceContext(settings=settings, db=db, store=store, tokens=TokenVerifier(settings), policy=policy,
-                          profile=profile, tokenizers=tokenizers, runner=runner, jobs=jobs,
-                          signer=signer_from_settings(settings), limiter=make_rate_limiter(settings))
+    runner = runner or InProcessRunner(store, tokenizers, settings.alpha)
+    ctx = ServiceContext(settings=settings, db=db, store=store, tokens=TokenVerifier(settings), policy=policy,
+                         profile=profile, tokenizers=tokenizers, runner=runner, jobs=jobs,
+                         signer=signer_from_settings(settings), limiter=make_rate_limiter(settings))
+    if settings.verify_batching:
+        ctx.batcher = make_batcher(ctx)
+    return ctx
 
 
-def get_context(request: Request) -> ServiceContext:
-    return request.app.state.ctx
+def make_batcher(ctx: ServiceContext) -> Batcher:
+    s = ctx.settings
+
+    def process(requests):  # through the module, so tests can replace the audit functions
+        return verify_service.verify_batch(ctx.runner, ctx.db, requests, ctx.signer, s.checkpoint_interval_seconds)
+
+    return Batcher(process, window_s=s.verify_batch_window_ms / 1000, max_texts=s.verify_batch_max_texts)
+
+
+async def get_context(request: Request) -> ServiceContext:
+    return request.app.state.ctx  # async: a sync dependency would cost a worker-thread hop per request
 
 
 Ctx = Annotated[ServiceContext, Depends(get_context)]

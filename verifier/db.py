@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
@@ -28,7 +28,14 @@ class Base(DeclarativeBase):
     pass
 
 
-def make_engine(url: str) -> Engine:
+SQLITE_SYNCHRONOUS = ("FULL", "NORMAL")
+
+
+def make_engine(url: str, sqlite_synchronous: str = "FULL") -> Engine:
+    """`sqlite_synchronous`: FULL (default) fsyncs the WAL at every commit; NORMAL does not (a commit survives a
+    crash of the process, not of the machine: docs/performance.md), which makes a commit ~10x cheaper."""
+    if sqlite_synchronous not in SQLITE_SYNCHRONOUS:
+        raise ValueError(f"sqlite synchronous must be one of {SQLITE_SYNCHRONOUS}")
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:":
@@ -45,6 +52,7 @@ def make_engine(url: str) -> Engine:
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA secure_delete=ON")  # freed space is zeroed: deleted key rows leave no bytes
+            cur.execute(f"PRAGMA synchronous={sqlite_synchronous}")
             cur.close()
 
         @event.listens_for(engine, "begin")
@@ -70,9 +78,9 @@ def _private_sqlite_file(path: Path) -> None:
 class Database:
     """Engine + session factory for one URL."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, sqlite_synchronous: str = "FULL") -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, sqlite_synchronous)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._snapshot_engine = self.engine.execution_options(hero_snapshot=True)
 
@@ -98,6 +106,16 @@ class Database:
                 yield s
             finally:
                 s.rollback()
+
+    @contextmanager
+    def reader(self) -> Iterator[Connection]:
+        """A Core connection for one or two small reads off the hot path's ORM overhead (~3x cheaper than a
+        session): SQLite takes no lock (deferred BEGIN), PostgreSQL reads committed data."""
+        with self._snapshot_engine.connect() as conn:
+            try:
+                yield conn
+            finally:
+                conn.rollback()
 
     def purge_deleted(self, table: str, attempts: int = 50) -> bool:
         """Physically removes old row versions of `table` after a destruction; True when nothing is left.

@@ -50,6 +50,12 @@ class Settings(BaseSettings):
     max_texts: int = Field(default=32, ge=1)
     max_text_chars: int = Field(default=20_000, ge=1)
     alpha: float = Field(default=1e-4, gt=0, lt=1)
+    # /v1/verify micro-batching (verifier.verify.batcher): concurrent callers share one decode and one audit commit
+    # SQLite commits: FULL fsyncs every commit (survives power loss); NORMAL survives a process crash only
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    verify_batching: bool = True
+    verify_batch_window_ms: float = Field(default=1.0, ge=0, le=100)
+    verify_batch_max_texts: int = Field(default=256, ge=1)
     rate_limit_url: str | None = None  # redis://... shared quota counters; default: the broker if Redis, else memory
 
     # Jobs / serving

@@ -162,11 +162,17 @@ def test_request_path_decrypts_only_allowed_levels(svc, monkeypatch):
     assert opened == [1]
     assert [lv["level"] for lv in r.json()["results"][0]["levels"]] == [1]
     opened.clear()
+    # Level-1 material is cached (verifier.keys.cache): the same level asked again opens nothing.
     r = svc.client.post("/v1/verify", headers=svc.auth("auditor"), json={**body, "max_level": 1})
-    assert r.status_code == 200 and opened == [1]
-    opened.clear()
+    assert r.status_code == 200 and opened == []
     svc.client.post("/v1/verify", headers=svc.auth("auditor"), json=body)
-    assert sorted(opened) == [1, 2, 2]
+    assert sorted(opened) == [1, 2, 2]  # the all-levels entry is its own: built from its rows, not shared
+    opened.clear()
+    r = svc.client.post("/v1/verify", headers=svc.auth("moderator"), json=body)
+    assert r.status_code == 200 and opened == []
+    entries = svc.ctx.runner.cache._entries
+    assert sorted(entries) == [(svc.ctx.profile.name, 1), (svc.ctx.profile.name, 2)]
+    assert sorted(entries[(svc.ctx.profile.name, 1)].material.tables) == [1]  # no level-2 table in a moderator's
 
 
 def test_hero_cli_uses_the_db_store(lite, monkeypatch, capsys):

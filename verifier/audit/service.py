@@ -70,9 +70,8 @@ def text_digest(text: str) -> str:
 def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
     """Append events inside the caller's transaction (holding the chain lock until commit)."""
     repo.lock_chain(s)
-    last = repo.head(s)
-    idx = last.idx if last else 0
-    prev = last.hash if last else GENESIS
+    last = repo.head_ref(s)
+    idx, prev = last if last else (0, GENESIS)
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     rows = []
     for ev in events:
@@ -94,9 +93,8 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
         )
         row.hash = compute_hash(prev, row_fields(row))
         prev = row.hash
-        s.add(row)
         rows.append(row)
-    s.flush()
+    repo.insert_events(s, rows)  # one executemany; the returned rows are plain (detached) objects
     tlog.extend(s, rows)
     return rows
 

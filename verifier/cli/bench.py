@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--model", default="smollm2")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     g.set_defaults(handler=cmd_generate)
+    from verifier.cli import bench_serve  # its own module: `hero bench serve`
+
+    bench_serve.register(bsub)
 
 
 def summary(times: list[float]) -> dict[str, float]:

@@ -13,6 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="start the verification API (uvicorn)")
     serve.add_argument("--host", default=None, help="bind address (default HERO_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default HERO_PORT or 8000)")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="worker processes (default 1: one process batches best; docs/performance.md)")
     serve.set_defaults(handler=cmd_serve)
 
     tok = sub.add_parser("token", help="mint a dev JWT (only with HERO_DEV_MODE=1); prints only the token")
@@ -50,26 +52,45 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from verifier.app import create_app
     from verifier.logs import configure_logging
 
     settings = cli_settings(args)
     configure_logging(settings.log_level)
-    app = create_app(settings)
-    ctx = app.state.ctx
-    ctx.tokenizers(ctx.profile.tokenizer)  # load now, not on the first request
+    if args.workers > 1:  # each worker builds its own app from the environment (uvicorn factory)
+        target, factory = "verifier.app:app_from_env", True
+    else:
+        from verifier.app import create_app
+
+        target, factory = create_app(settings), False
+        ctx = target.state.ctx
+        ctx.tokenizers(ctx.profile.tokenizer)  # load now, not on the first request
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server
 
         start_http_server(settings.metrics_port, addr=settings.metrics_host)
     uvicorn.run(
-        app,
+        target,
+        factory=factory,
+        workers=max(1, args.workers),
         host=args.host or settings.host,
         port=args.port or settings.port,
         log_config=None,
         access_log=False,
         proxy_headers=False,
+        **_fast_server(),
     )
+
+
+def _fast_server() -> dict:
+    """uvloop + httptools when importable (measured faster, docs/performance.md), else uvicorn's pure-Python ones."""
+    import importlib.util
+
+    out = {}
+    if importlib.util.find_spec("uvloop") is not None:
+        out["loop"] = "uvloop"
+    if importlib.util.find_spec("httptools") is not None:
+        out["http"] = "httptools"
+    return out
 
 
 def cmd_token(args: argparse.Namespace) -> None:

@@ -34,16 +34,32 @@ def decode_texts(
     missing: Mapping[int, str],
     not_tried: Mapping[int, str] | None = None,
     device: str | torch.device = "cpu",
+    decoder: Decoder | None = None,
 ) -> list[DecodeResult]:
     """Decode `texts` with the usable `tables`; `unavailable` / `missing`: level -> why versions are gone;
-    `not_tried`: level -> the disabled versions the decoder was not handed."""
+    `not_tried`: level -> the disabled versions the decoder was not handed. `decoder`: one built earlier for
+    exactly these tables (`make_decoder`), so a server does not expand the key words per request."""
     if not tables:
         return [
             DecodeResult(False, 1.0, 0.0, None, 0, _missing_levels(missing), spec_version=profile.spec_version)
             for _ in texts
         ]
-    decoder = Decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)
+    decoder = decoder or make_decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)
     return [_with_verdicts(r, alpha, missing, not_tried or {}) for r in decoder.decode_texts(texts, tokenizer)]
+
+
+def make_decoder(
+    profile: Profile,
+    tables: Mapping[int, Sequence[KeyTable]],
+    *,
+    alpha: float,
+    unavailable: Mapping[int, str],
+    device: str | torch.device = "cpu",
+) -> Decoder | None:
+    """The decoder `decode_texts` would build (None when no table is usable)."""
+    if not tables:
+        return None
+    return Decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)
 
 
 def _missing_levels(missing: Mapping[int, str]) -> list[LevelResult]:

@@ -18,6 +18,7 @@ from typing import Any
 from verifier.audit.service import Actor
 from verifier.auth.policy import Policy
 from verifier.db import Database
+from verifier.engine.availability import make_decoder
 from verifier.engine.profile import Profile, resolve_profile
 from verifier.errors import DomainError
 from verifier.jobs import service as jobs
@@ -86,7 +87,7 @@ class DrainOutcome:
 
 def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
     written = 0
-    profile = material = handed = None
+    profile = material = handed = decoder = None
     try:
         while True:
             c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s)
@@ -103,9 +104,13 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
                     profile = dc.profiles(c.job.profile)
                     material = tables_for(dc.store, profile, c.job, dc.policy)
                     handed = handed_summary(material)
+                    # key words expanded once per drain, not per batch
+                    decoder = make_decoder(profile, material.tables, alpha=c.job.alpha,
+                                           unavailable=material.unavailable)
                 assert profile is not None and handed is not None
                 tok = dc.tokenizer(profile.tokenizer)
-                raw = decode_material(material, profile, texts, c.job.alpha, tok, dc.device)
+                raw = decode_material(material, profile, texts, c.job.alpha, tok, dc.device,
+                                      decoder if dc.device == "cpu" else None)
             except DomainError as exc:
                 jobs.fail(dc.db, job_id, str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
                 log.warning("job failed", extra={"job_id": job_id, "error": exc.__class__.__name__})
@@ -121,4 +126,4 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             written += n
             log.info("job batch stored", extra={"job_id": job_id, "items": n, "worker": dc.worker})
     finally:
-        del material
+        del material, decoder

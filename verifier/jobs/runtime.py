@@ -30,7 +30,7 @@ def pick_device(name: str) -> str:
 class WorkerRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.db = Database(settings.db_url)
+        self.db = Database(settings.db_url, settings.sqlite_synchronous)
         self.store = DbKeyStore(self.db, make_kek_provider(settings))
         self.policy = load_policy(settings.roles_file)
         self.profiles = profile_lookup()

@@ -33,3 +33,14 @@ class KeyVersionRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     status_changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     destroyed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class KeyEpochRow(Base):
+    """Per-profile counter bumped in the same transaction as every key change (init, rotate, disable,
+    enable, destroy): processes holding decrypted material compare it per batch to see another
+    process's change at once (verifier.keys.cache)."""
+
+    __tablename__ = "hero_key_epochs"
+
+    profile: Mapped[str] = mapped_column(String(64), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, nullable=False)

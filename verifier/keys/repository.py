@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
-from verifier.keys.models import KeyVersionRow
+from verifier.keys.models import KeyEpochRow, KeyVersionRow
 
 
 def list_versions(s: Session, profile: str, max_level: int | None = None) -> list[KeyVersionRow]:
@@ -49,3 +49,16 @@ def all_sealed(s: Session) -> list[KeyVersionRow]:
     return list(
         s.scalars(select(KeyVersionRow).where(KeyVersionRow.ciphertext.is_not(None)).with_for_update())
     )
+
+
+def epoch(s: Session | Connection, profile: str) -> int:
+    """The profile's key epoch (0 before any key change was recorded)."""
+    return int(s.execute(select(KeyEpochRow.epoch).where(KeyEpochRow.profile == profile)).scalar() or 0)
+
+
+def bump_epoch(s: Session, profile: str) -> None:
+    """Marks a key change; commits with the caller's transaction (so readers never see it early)."""
+    res = s.execute(update(KeyEpochRow).where(KeyEpochRow.profile == profile).values(epoch=KeyEpochRow.epoch + 1))
+    if not res.rowcount:
+        s.add(KeyEpochRow(profile=profile, epoch=1))
+        s.flush()

@@ -121,6 +121,7 @@ class DbKeyStore:
         )
         s.add(row)
         s.flush()
+        repo.bump_epoch(s, profile.name)
         return row
 
     def initialize_rows(self, profile: Profile, actor: Actor | None = None) -> list[KeyVersionRow]:
@@ -216,6 +217,7 @@ class DbKeyStore:
             if row.status != "disabled":
                 row.status = "disabled"
                 row.status_changed_at = _now()
+                repo.bump_epoch(s, profile.name)
             self._audit(s, actor, "keys.disable", level, version)
             return row
 
@@ -228,6 +230,7 @@ class DbKeyStore:
             if row.status == "disabled":
                 row.status = "verify-only"
                 row.status_changed_at = _now()
+                repo.bump_epoch(s, profile.name)
             self._audit(s, actor, "keys.enable", level, version)
             return row
 
@@ -250,6 +253,7 @@ class DbKeyStore:
                 row.status = "destroyed"
                 row.status_changed_at = now
                 row.destroyed_at = now
+                repo.bump_epoch(s, profile.name)
             self._audit(s, actor, "keys.destroy", level, version)
         if not self.db.purge_deleted(KeyVersionRow.__tablename__):
             log.warning("old copies of a destroyed key may remain until the next checkpoint (readers busy)",

@@ -7,7 +7,7 @@ through: every level verdict (status, reason, fields) is the engine's.
 from __future__ import annotations
 
 from verifier.engine.availability import decode_texts
-from verifier.engine.decoder import DecodeError
+from verifier.engine.decoder import DecodeError, Decoder
 from verifier.engine.profile import Profile
 from verifier.errors import InvalidInput
 from verifier.keys.decodable import VerificationMaterial
@@ -18,16 +18,18 @@ class TextNotDecodable(InvalidInput):
 
 
 def decode_material(
-    material: VerificationMaterial, profile: Profile, texts: list[str], alpha: float, tokenizer, device: str = "cpu"
+    material: VerificationMaterial, profile: Profile, texts: list[str], alpha: float, tokenizer, device: str = "cpu",
+    decoder: Decoder | None = None,
 ) -> list[dict]:
-    """Decoder results as plain dicts (`DecodeResult.to_dict()`), levels 1..n of the material only."""
+    """Decoder results as plain dicts (`DecodeResult.to_dict()`), levels 1..n of the material only;
+    `decoder`: one prepared for this material (verifier.keys.cache), reused across calls."""
     tables, unavailable, missing = material.tables, material.unavailable, material.missing
     not_tried = material.not_tried
     del material  # the tables live only as long as this call needs them
     try:
         results = decode_texts(
             profile, tables, texts, tokenizer, alpha=alpha, unavailable=unavailable, missing=missing,
-            not_tried=not_tried, device=device,
+            not_tried=not_tried, device=device, decoder=decoder,
         )
     except DecodeError as exc:
         raise TextNotDecodable(str(exc).splitlines()[0] if str(exc) else "text cannot be decoded") from None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
 from verifier.auth.dependencies import VerifyCaller
 from verifier.bodies import JsonRoute
 from verifier.context import Ctx
+from verifier.ratelimit import MemoryCounter
 from verifier.verify.release import charge_quota, check_texts, requested_level
 from verifier.verify.runner import DecodeJob
 from verifier.verify.schemas import VerifyIn, VerifyOut
-from verifier.verify.service import verify_texts
+from verifier.verify.service import VerifyRequest, verify_texts
 
 router = APIRouter(prefix="/v1", tags=["verify"], route_class=JsonRoute)
 
@@ -27,10 +29,15 @@ router = APIRouter(prefix="/v1", tags=["verify"], route_class=JsonRoute)
                422: {"description": "bad input"}, 429: {"description": "quota reached (Retry-After)"},
                503: {"description": "KEK, audit log or database unavailable"}},
 )
-def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
+async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
     level = requested_level(p, body.max_level)
     check_texts(body.texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
-    charge_quota(ctx.limiter, ctx.policy, p, len(body.texts))
+    if isinstance(ctx.limiter.counter, MemoryCounter):
+        charge_quota(ctx.limiter, ctx.policy, p, len(body.texts))  # in memory: no I/O on the loop
+    else:
+        await run_in_threadpool(charge_quota, ctx.limiter, ctx.policy, p, len(body.texts))
     job = DecodeJob(ctx.profile, tuple(body.texts), level, ctx.settings.alpha)
-    return {"results": verify_texts(ctx.runner, ctx.db, job, p.actor, ctx.signer,
-                                    ctx.settings.checkpoint_interval_seconds)}
+    if ctx.batcher is not None:  # answered after the batch's audit transaction commits
+        return {"results": await ctx.batcher.verify(VerifyRequest(job, p.actor))}
+    return {"results": await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
+                                               ctx.settings.checkpoint_interval_seconds)}

@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from verifier.engine.availability import make_decoder
+from verifier.engine.decoder import DEFAULT_ALPHA, Decoder
 from verifier.engine.profile import Profile
+from verifier.keys.cache import MaterialCache
+from verifier.keys.decodable import VerificationMaterial
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
 from verifier.verify.decode import decode_material
@@ -35,16 +39,28 @@ class DecodeRunner(Protocol):
 
 
 class InProcessRunner:
-    """Decodes in the calling (request worker) thread."""
+    """Decodes in the calling thread, with the verification material (and the decoder built on it) kept
+    per profile and level in a `MaterialCache` checked against the key epoch on every call."""
 
-    def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache) -> None:
+    def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA) -> None:
         self.store = store
         self.tokenizers = tokenizers
+        self.alpha = alpha
+
+        def prepare(profile: Profile, material: VerificationMaterial) -> Decoder | None:
+            return make_decoder(profile, material.tables, alpha=self.alpha, unavailable=material.unavailable)
+
+        self.cache = MaterialCache(store, prepare)
+
+    def __repr__(self) -> str:
+        return f"InProcessRunner({self.cache!r})"
 
     def decode(self, job: DecodeJob) -> list[dict]:
-        material = self.store.verification_material(job.profile, job.max_level)  # levels <= max_level only
+        entry = self.cache.get(job.profile, job.max_level)  # levels <= max_level only
         tokenizer = self.tokenizers(job.profile.tokenizer)
-        return decode_material(material, job.profile, list(job.texts), job.alpha, tokenizer)
+        decoder = entry.prepared if job.alpha == self.alpha else None
+        return decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, decoder=decoder)
 
     def close(self) -> None:
+        self.cache.clear()  # decrypted material does not outlive the service
         self.tokenizers.clear()

@@ -1,8 +1,17 @@
-"""Verification: decode through the runner, append the audit events, then release the shaped results."""
+"""Verification: decode through the runner, append the audit events, then release the shaped results.
+
+`verify_batch` serves several callers at once (the micro-batcher, verifier.verify.batcher): one runner
+call (one tokenizer call, one kernel batch) per level group, and every caller's audit events in ONE
+transaction (group commit) with one signed checkpoint covering all of them; each result still carries its
+own receipt. Nothing is released before that transaction commits; if it fails, every caller of the batch
+gets the failure (503) and no result.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from verifier.audit.service import Actor, record, record_with_receipts, text_digest
 from verifier.audit.signer import LogSigner
@@ -12,23 +21,99 @@ from verifier.verify.release import audit_events, shape
 from verifier.verify.runner import DecodeJob, DecodeRunner
 
 
+@dataclass(frozen=True)
+class VerifyRequest:
+    """One caller's texts (as a job: no key material) and who is asking."""
+
+    job: DecodeJob
+    actor: Actor
+
+    def __repr__(self) -> str:  # texts may be sensitive: never log them
+        return f"VerifyRequest({self.job!r}, role={self.actor.role!r})"
+
+
+Outcome = list[dict] | BaseException
+
+
+def _decode_groups(runner: DecodeRunner, requests: Sequence[VerifyRequest]) -> list[list[dict] | BaseException]:
+    """Raw decoder results per request: one runner call per (profile, level, alpha) group.
+
+    A group whose combined call fails is retried request by request, so one caller's bad input (or a
+    failure only some requests hit) is that caller's error alone."""
+    out: list[list[dict] | BaseException | None] = [None] * len(requests)
+    groups: dict[tuple[int, int, float], list[int]] = {}
+    for i, r in enumerate(requests):
+        groups.setdefault((id(r.job.profile), r.job.max_level, r.job.alpha), []).append(i)
+    for idxs in groups.values():
+        first = requests[idxs[0]].job
+        texts = tuple(t for i in idxs for t in requests[i].job.texts)
+        try:
+            raw = runner.decode(DecodeJob(first.profile, texts, first.max_level, first.alpha))
+        except Exception as exc:
+            if len(idxs) == 1:
+                out[idxs[0]] = exc
+                continue
+            for i in idxs:
+                try:
+                    out[i] = runner.decode(requests[i].job)
+                except Exception as one:
+                    out[i] = one
+            continue
+        pos = 0
+        for i in idxs:
+            n = len(requests[i].job.texts)
+            out[i] = raw[pos : pos + n]
+            pos += n
+    return out  # type: ignore[return-value]
+
+
+def verify_batch(
+    runner: DecodeRunner, db: Database, requests: Sequence[VerifyRequest], signer: LogSigner | None = None,
+    interval_s: float = 0.0,
+) -> list[Outcome]:
+    """Per request, its released results or the exception it must raise. Audit first (one transaction for
+    the whole batch): no audit row, no answer."""
+    t0 = time.perf_counter()
+    raws = _decode_groups(runner, requests)
+    VERIFY_SECONDS.observe(time.perf_counter() - t0)
+    outcomes: list[Outcome] = []
+    events = []
+    for req, raw in zip(requests, raws, strict=True):
+        if isinstance(raw, BaseException):
+            outcomes.append(raw)
+            continue
+        results = [shape(r, req.job.max_level) for r in raw]
+        events.extend(audit_events(req.actor, [text_digest(t) for t in req.job.texts], results))
+        outcomes.append(results)
+    if not events:
+        return outcomes
+    try:
+        if signer is None:
+            record(db, events)  # committed before anything is returned (AuditUnavailable otherwise)
+            receipts = None
+        else:
+            receipts = iter(record_with_receipts(db, events, signer, interval_s))
+    except Exception as exc:  # no audit row: nobody in the batch gets an answer
+        return [o if isinstance(o, BaseException) else exc for o in outcomes]
+    for req, o in zip(requests, outcomes, strict=True):
+        if isinstance(o, BaseException):
+            continue
+        if receipts is not None:
+            for result in o:
+                result["receipt"] = next(receipts)
+        DISCLOSURES.labels(req.actor.role, str(req.job.max_level)).inc(len(o))
+    for e in events:
+        VERIFY_TEXTS.labels(e.outcome).inc()
+    return outcomes
+
+
 def verify_texts(
     runner: DecodeRunner, db: Database, job: DecodeJob, actor: Actor, signer: LogSigner | None = None,
     interval_s: float = 0.0,
 ) -> list[dict]:
     """Decode, audit (committed first: no audit row, no answer), release; with `signer`, each result carries
     its event's transparency-log receipt, made in the same transaction as the events."""
-    t0 = time.perf_counter()
-    raw = runner.decode(job)
-    VERIFY_SECONDS.observe(time.perf_counter() - t0)
-    results = [shape(r, job.max_level) for r in raw]
-    events = audit_events(actor, [text_digest(t) for t in job.texts], results)
-    if signer is None:
-        record(db, events)  # committed before anything is returned: no audit row, no answer (AuditUnavailable)
-    else:
-        for result, receipt in zip(results, record_with_receipts(db, events, signer, interval_s), strict=True):
-            result["receipt"] = receipt
-    DISCLOSURES.labels(actor.role, str(job.max_level)).inc(len(events))
-    for e in events:
-        VERIFY_TEXTS.labels(e.outcome).inc()
-    return results
+    (out,) = verify_batch(runner, db, [VerifyRequest(job, actor)], signer, interval_s)
+    if isinstance(out, BaseException):
+        raise out
+    return out

@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from verifier.cli import bench, decode, evaluate, generate, keys, service, worker
+from verifier.cli import bench, decode, evaluate, generate, keys, providers, service, worker
 from verifier.errors import DomainError
 
 CommandError = (DomainError, ValueError, RuntimeError, OSError, LookupError)
-COMMAND_MODULES = [keys, generate, decode, service, bench, worker, evaluate]
+COMMAND_MODULES = [keys, generate, decode, service, bench, worker, evaluate, providers]
 
 
 def build_parser() -> argparse.ArgumentParser:

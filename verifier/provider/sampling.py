@@ -66,7 +66,7 @@ class BundleSampler:
         return self.profile.context_width
 
     def payload(self, fields: Mapping[str, int]) -> torch.Tensor:
-        """[K, L] int64 payload of one request; fields by name, validated against the profile (ProfileError)."""
+        """[K, L] int64 payload of one request; fields by name, validated against the profile (PayloadError)."""
         return torch.tensor(encode_payload(self.profile, fields), dtype=torch.int64, device=self.device)
 
     def step(

@@ -114,7 +114,7 @@ def test_any_altered_byte_is_refused(sealed, where):
 
 def test_header_swap_is_refused(sealed):
     """A header rewritten to other versions (valid JSON) fails authentication: it is the AEAD's AAD."""
-    profile, keyset, sk, bundle = sealed
+    _profile, _keyset, sk, bundle = sealed
     (hlen,) = struct.unpack(">I", bundle[4:8])
     hdr = bundle[8 : 8 + hlen].replace(b'"l1-v0"', b'"l1-v9"')
     assert hdr != bundle[8 : 8 + hlen]

@@ -32,7 +32,7 @@ def _fetch(svc, pid="acme", **headers):
 
 
 def test_register_list_revoke_are_admin_only_and_audited(svc):
-    sk, out = _register(svc)
+    _sk, out = _register(svc)
     assert out["status"] == "active" and out["created_by"] == "root" and out["revoked_at"] is None
     admin = svc.auth("admin", "root")
     assert svc.client.post("/v1/providers", headers=admin, json={
@@ -107,7 +107,7 @@ def test_etag_polls_answer_304_until_a_rotation(svc):
 
 def test_who_cannot_get_a_bundle(svc):
     svc.init_keys()
-    sk, _ = _register(svc)
+    _sk, _ = _register(svc)
     _register(svc, "shortlived", expires_at=(datetime.now(UTC) + timedelta(hours=1)).isoformat())
     for role in ("moderator", "auditor", "admin"):
         r = svc.client.post(BUNDLE, headers=svc.auth(role, "acme"), json={})

@@ -31,7 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "verify": {"base", "engine", "lm", "audit", "keys", "auth"},
     "jobs": {"base", "engine", "lm", "audit", "keys", "auth", "verify"},
     "evaluation": {"gpu", "base", "engine", "lm"},
-    "sdk": {"gpu", "engine"},  # verifier.provider (provider SDK), verifier.client: no service import
+    "sdk": {"gpu", "engine", "lm"},  # verifier.provider (provider SDK), verifier.client: no service import
     "providers": {"base", "engine", "audit", "keys", "auth", "sdk"},
     "context": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "providers"},
     "api": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "context", "providers", "sdk"},

@@ -176,3 +176,26 @@ def test_no_key_bytes_in_logs_responses_or_the_database(lite, caplog, tmp_path):
         assert f not in disk
     # ... while the bundle in the response does carry them (sealed): it opens to the live tables
     assert open_bundle(bodies[1]["bundle"], sk).keyset.tables[1].entries[0] in forms
+
+
+def test_bundle_source_polls_with_etag_and_picks_up_a_rotation(lite):
+    """The SDK's refresher against the real endpoint (TestClient is an httpx.Client)."""
+    from verifier.provider import BundleFetchError, BundleSource
+
+    lite.init_keys()
+    sk, _ = _register(lite)
+    seen = []
+    src = BundleSource(sk, lambda: lite.token("provider", "acme"), client=lite.client, interval_s=0.05,
+                       on_change=seen.append)
+    first = src.bundle
+    assert first.key_versions == {1: "l1-v1", 2: "l2-v1"} and seen == [first]
+    assert src.refresh() is False and src.not_modified == 1  # 304: nothing new
+    with src:
+        lite.client.post("/v1/keys/1/rotate", headers=lite.auth("admin", "root"))
+        new = src.wait_for_change(first.etag, timeout_s=20)
+    assert new is not None and new.key_versions == {1: "l1-v2", 2: "l2-v1"} and src.last_error is None
+    assert src.bundle is new
+    bad = BundleSource(sk, lambda: lite.token("provider", "stranger"), client=lite.client)
+    with pytest.raises(BundleFetchError) as err:
+        bad.refresh()
+    assert err.value.status == 403

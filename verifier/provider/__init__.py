@@ -31,6 +31,7 @@ _LAZY = {
     "generate": "verifier.provider.sampling",
     "logits_processor": "verifier.provider.sampling",
     "new_generator": "verifier.provider.sampling",
+    "load_model": "verifier.provider.sampling",  # verifier.lm.load_model(name="smollm2", device="cpu")
     "BundleSource": "verifier.provider.refresh",
     "BundleFetchError": "verifier.provider.refresh",
 }

@@ -34,7 +34,11 @@ from verifier.engine.generation import (
     watermark_step,
 )
 from verifier.engine.payload import encode_payload
+from verifier.lm import load_model
 from verifier.provider.bundle import GenerationBundle
+
+__all__ = ["BundleSampler", "ProviderGeneration", "RequestState", "generate", "load_model", "logits_processor",
+           "new_generator"]
 
 
 @dataclass

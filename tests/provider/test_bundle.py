@@ -158,3 +158,11 @@ def test_public_key_parsing():
     for bad in ("", "AAAA", base64.b64encode(b"x" * 31).decode(), base64.b64encode(bytes(32)).decode(), "%%%"):
         with pytest.raises(BundleError):
             parse_public_key(bad)
+
+
+def test_docs_print_the_vector():
+    doc = (Path(__file__).parents[2] / "docs" / "providers.md").read_text()
+    v, exp = VECTOR["inputs"], VECTOR["expected"]
+    for value in (v["recipient_private"], v["ephemeral_private"], v["nonce"], exp["recipient_public"],
+                  exp["ephemeral_public"], exp["plaintext_sha256"], exp["bundle_sha256"]):
+        assert f"`{value}`" in doc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path
@@ -63,7 +64,8 @@ def generation_bundle(
         raise NotFound(f"this service issues bundles for profile {ctx.profile.name!r} only")
     issued = service.issue_bundle(
         ctx.db, ctx.store, ctx.profile, p.actor, if_none_match=if_none_match,
-        signer=ctx.signer, interval_s=ctx.settings.checkpoint_interval_seconds,
+        ttl=timedelta(seconds=ctx.settings.bundle_ttl_seconds), signer=ctx.signer,
+        interval_s=ctx.settings.checkpoint_interval_seconds,
     )
     if isinstance(issued, str):
         return Response(status_code=304, headers={"ETag": f'"{issued}"', **NO_STORE})

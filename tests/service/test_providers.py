@@ -96,6 +96,8 @@ def test_etag_polls_answer_304_until_a_rotation(svc):
     r = _fetch(svc, **{"If-None-Match": f'"{first["etag"]}"'})
     assert r.status_code == 304 and r.headers["etag"] == f'"{first["etag"]}"' and not r.content
     assert len(_events(svc, "keys.bundle")) == 1  # a 304 moves no key and is not an issuance
+    assert svc.client.post(BUNDLE, headers={**svc.auth("provider", "acme"), "If-None-Match": f'W/"x", "{first["etag"]}"'}
+                           ).status_code == 304  # no body at all; a list of tags
     again = _fetch(svc).json()  # no If-None-Match: a fresh bundle (new id, same etag)
     assert again["etag"] == first["etag"] and again["bundle_id"] != first["bundle_id"]
     assert svc.client.post("/v1/keys/2/rotate", headers=svc.auth("admin", "root")).status_code == 201
@@ -198,4 +200,41 @@ def test_bundle_source_polls_with_etag_and_picks_up_a_rotation(lite):
     bad = BundleSource(sk, lambda: lite.token("provider", "stranger"), client=lite.client)
     with pytest.raises(BundleFetchError) as err:
         bad.refresh()
+    assert err.value.status == 403
+
+
+def test_registration_expiry_bounds(lite):
+    _, pk = generate_keypair()
+    b64 = base64.b64encode(pk).decode()
+    admin = lite.auth("admin", "root")
+    for when in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "2400-01-01T00:00:00Z"):
+        r = lite.client.post("/v1/providers", headers=admin, json={"provider_id": "p", "public_key": b64,
+                                                                   "expires_at": when})
+        assert r.status_code == 422, (when, r.text)
+    r = lite.client.post("/v1/providers", headers=admin, json={"provider_id": "p", "public_key": b64,
+                                                               "expires_at": "2090-01-01T00:00:00"})  # naive = UTC
+    assert r.status_code == 201 and r.json()["expires_at"] == "2090-01-01T00:00:00+00:00"
+
+
+def test_bundle_lifetime_follows_the_setting(make_service, sqlite_url):
+    svc = make_service(sqlite_url, bundle_ttl_seconds=600)
+    svc.init_keys()
+    sk, _ = _register(svc)
+    b = open_bundle(_fetch(svc).json()["bundle"], sk)
+    assert timedelta(seconds=590) <= b.expires_at - datetime.now(UTC) <= timedelta(seconds=600)
+
+
+def test_hero_client_against_the_service(lite):
+    from verifier.client import HeroAPIError, HeroClient
+
+    lite.init_keys()
+    hero = HeroClient(client=lite.client, token=lambda: lite.token("moderator", "mod-1"))
+    [r] = hero.verify(["An ordinary sentence that nobody watermarked at all, written by hand."])
+    assert not r.watermarked and [lv.level for lv in r.levels] == [1] and r.receipt["event"]["subject"] == "mod-1"
+    job = hero.submit_job(["first plain text here", "second plain text here"])
+    results = list(hero.iter_results(job, poll_s=0.05, timeout_s=120))
+    assert len(results) == 2 and not any(x.watermarked for x in results)
+    prov = HeroClient(client=lite.client, token=lite.token("provider", "acme"))
+    with pytest.raises(HeroAPIError) as err:
+        prov.verify(["x"])
     assert err.value.status == 403

@@ -32,6 +32,7 @@ log = logging.getLogger("hero.providers")
 
 PROVIDER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 DEFAULT_BUNDLE_TTL = timedelta(hours=24)
+MAX_REGISTRATION = timedelta(days=36525)
 
 
 class ProviderForbidden(Forbidden):
@@ -77,9 +78,13 @@ def register(
     except BundleError as exc:
         raise InvalidInput(str(exc)) from None
     now = _now()
-    expires_at = _aware(expires_at)
-    if expires_at is not None and expires_at <= now:
-        raise InvalidInput("expires_at must be in the future")
+    if expires_at is not None:
+        try:
+            expires_at = _aware(expires_at).astimezone(UTC)  # type: ignore[union-attr]
+        except (OverflowError, ValueError):
+            raise InvalidInput("expires_at is out of range") from None
+        if not now < expires_at <= now + MAX_REGISTRATION:
+            raise InvalidInput("expires_at must be in the future, within 100 years")
     try:
         with db.session() as s:
             if repo.get(s, provider_id) is not None:

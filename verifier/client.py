@@ -152,9 +152,10 @@ class HeroClient:
 
     def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         attempt = 0
+        extra_headers = kw.pop("headers", {})
         while True:
             token = self._token() if callable(self._token) else self._token
-            headers = {"Authorization": f"Bearer {token}", **kw.pop("headers", {})}
+            headers = {"Authorization": f"Bearer {token}", **extra_headers}
             try:
                 resp = self._client.request(method, path, headers=headers, **kw)
             except httpx.TransportError:

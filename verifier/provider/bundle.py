@@ -297,6 +297,10 @@ def _check_tables(profile: Profile, keyset: KeySet, declared: Any) -> dict[int, 
         if (t.level == 1) != (t.position is not None):
             raise BundleError("only level 1 carries the position key")
     versions = {t.level: t.version for t in keyset.tables}
-    if not isinstance(declared, dict) or {int(k): v for k, v in declared.items()} != versions:
+    try:
+        named = {int(k): v for k, v in declared.items()} if isinstance(declared, dict) else None
+    except ValueError:
+        named = None
+    if named != versions:
         raise BundleError("bundle header key_versions do not match its tables")
     return versions

@@ -45,7 +45,7 @@ def layer(module: str) -> str:
         return "gpu"
     if module.startswith(("verifier.cli", "workers")):
         return "entry"
-    if module in API or module.endswith(".endpoints"):
+    if module in API or module.endswith(".endpoints") or module.startswith("verifier.console"):
         return "api"
     if module in BASE or module == "verifier":
         return "base"

@@ -20,6 +20,8 @@ from verifier.audit.service import AuditUnavailable
 from verifier.auth.dependencies import require
 from verifier.auth.jwt import AuthError
 from verifier.auth.principal import Principal
+from verifier.console.apidocs import install_docs
+from verifier.console.endpoints import router as console_router
 from verifier.context import Ctx, ServiceContext, build_context
 from verifier.errors import DomainError
 from verifier.jobs.endpoints import router as jobs_router
@@ -176,14 +178,15 @@ def create_app(
     docs = settings.docs_exposure == "public"
     app = FastAPI(
         title="HeRo Verifier", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
-        docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
-        openapi_url="/openapi.json" if docs else None,
+        docs_url=None, redoc_url=None, openapi_url="/openapi.json" if docs else None,
     )
+    if docs:
+        install_docs(app)  # Swagger UI and ReDoc from local assets (no CDN)
     app.state.ctx = ctx
     app.openapi = lambda: _openapi_with_error_shape(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
     _ops_routes(app, settings)
-    for router in (verify_router, jobs_router, keys_router, audit_router, providers_router):
+    for router in (verify_router, jobs_router, keys_router, audit_router, console_router, providers_router):
         app.include_router(router)
     app.add_middleware(
         BodyGuardMiddleware,

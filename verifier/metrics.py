@@ -15,3 +15,7 @@ BODY_REJECTIONS = Counter(
     "hero_body_rejections_total", "Requests refused before their body was parsed", ["reason"]
 )  # reason: unauthenticated | too_large | not_utf8
 RATE_LIMITED = Counter("hero_rate_limited_total", "Requests refused by a rate limit or quota", ["role", "window"])
+JOB_TEXTS = Counter(
+    "hero_job_texts_total", "Texts of decode jobs", ["outcome"]
+)  # outcome: submitted | decoded (stored and audited)
+JOBS = Counter("hero_jobs_total", "Decode jobs", ["outcome"])  # outcome: submitted | done | failed

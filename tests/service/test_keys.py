@@ -204,3 +204,50 @@ def test_alembic_cli_builds_schema(tmp_path, monkeypatch):
     assert res.returncode == 0, res.stderr
     names = set(inspect(create_engine(url)).get_table_names())
     assert {"hero_key_versions", "hero_audit_events", "alembic_version"} <= names
+
+
+def test_move_profile_keeps_v1_texts_decodable_after_the_v2_upgrade(svc, monkeypatch, capsys):
+    """An upgraded deployment holds the keys it made while `default` was the v1 profile under the name `default`.
+    `hero keys move-profile --from default --to v1` makes them the v1 profile's keys: the v1 tables derived
+    from them are unchanged (old texts decode with --profile v1), the secrets are re-sealed under the new
+    name, the move is audited, and `default` can then get fresh v2 keys."""
+    import dataclasses
+    import json
+
+    from sqlalchemy import select
+
+    from verifier.cli import main
+    from verifier.engine.profile import v1_profile
+
+    svc.init_keys()
+    store = svc.ctx.store
+    svc.client.post("/v1/keys/2/rotate", headers=svc.auth("admin"))
+    v1 = v1_profile()
+    old_default = dataclasses.replace(v1, name="default")  # what `default` meant before spec v2
+    before_tables = {t.version: t.entries for tables in store.verification_tables(old_default, 2).values()
+                     for t in tables}
+    before_ct = {r.version: r.ciphertext for r in _rows(svc)}
+
+    def all_rows() -> list[KeyVersionRow]:
+        with svc.ctx.db.session() as s:
+            return list(s.scalars(select(KeyVersionRow)))
+
+    monkeypatch.setenv("HERO_DATABASE_URL", svc.settings.db_url)
+    assert main(["keys", "move-profile", "--from", "default", "--to", "v1", "--confirm", "nope"]) == 2
+    assert {r.profile for r in all_rows()} == {"default"}
+    capsys.readouterr()
+    assert main(["keys", "move-profile", "--from", "default", "--to", "v1", "--confirm", "default"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profile"] == "v1" and sorted(out["moved"]) == ["l1-v1", "l2-v1", "l2-v2"]
+    rows = all_rows()
+    assert {r.profile for r in rows} == {"v1"}
+    assert all(r.ciphertext != before_ct[r.version] for r in rows)  # re-sealed: the AEAD binds the name
+    after_tables = {t.version: t.entries for tables in store.verification_tables(v1, 2).values() for t in tables}
+    assert after_tables == before_tables
+    # Audited; a second move would merge two key histories and is refused; `default` starts afresh.
+    events = svc.client.get("/v1/audit/events", headers=svc.auth("admin")).json()["events"]
+    assert any(e["action"] == "keys.move_profile" and e["detail"] == "default -> v1" for e in events)
+    assert main(["keys", "init"]) == 0
+    assert main(["keys", "move-profile", "--from", "default", "--to", "v1", "--confirm", "default"]) == 2
+    assert main(["keys", "move-profile", "--from", "nobody", "--to", "v1", "--confirm", "nobody"]) == 2
+    assert {r.profile for r in all_rows()} == {"v1", "default"}

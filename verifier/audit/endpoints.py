@@ -4,6 +4,7 @@ authenticated caller: receipts are checked with them)."""
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -58,14 +59,40 @@ class ConsistencyOut(BaseModel):
     proof: list[str]
 
 
-@router.get("/events", response_model=AuditEventsOut, summary="Audit events after an index")
+def _stored_time(raw: str | None, name: str) -> str | None:
+    """An ISO-8601 time (a zone-less one is UTC) in the stored format, so that it compares as text."""
+    if raw is None:
+        return None
+    try:
+        t = datetime.fromisoformat(raw.replace("Z", "+00:00") if raw.endswith("Z") else raw)
+    except ValueError:
+        raise InvalidInput(f"{name}: expected an ISO-8601 time such as 2026-01-31T12:00:00Z") from None
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    return t.isoformat(timespec="microseconds")
+
+
+@router.get(
+    "/events",
+    response_model=AuditEventsOut,
+    summary="Audit events after an index, optionally filtered",
+    description="Filters combine (AND): `subject` and `action` match exactly, `level` keeps events that "
+    "disclosed that level, `since` (inclusive) and `until` (exclusive) bound the event time (ISO-8601; no zone "
+    "means UTC). Page with `after` = the previous page's `next_after`.",
+    responses={401: {}, 403: {}, 422: {}},
+)
 def events(
     ctx: Ctx,
     p: AuditReader,
     after: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    subject: Annotated[str | None, Query(min_length=1, max_length=256, description="token subject")] = None,
+    action: Annotated[str | None, Query(min_length=1, max_length=32, description="e.g. verify, jobs.read")] = None,
+    level: Annotated[int | None, Query(ge=1, le=64, description="events that disclosed this level")] = None,
+    since: Annotated[str | None, Query(max_length=40, description="ISO-8601, inclusive")] = None,
+    until: Annotated[str | None, Query(max_length=40, description="ISO-8601, exclusive")] = None,
 ) -> dict:
-    evs = list_events(ctx.db, after, limit)
+    evs = list_events(ctx.db, after, limit, subject=subject, action=action, level=level,
+                      since=_stored_time(since, "since"), until=_stored_time(until, "until"))
     return {"events": evs, "next_after": evs[-1]["idx"] if len(evs) == limit else None}
 
 

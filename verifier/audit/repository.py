@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from sqlalchemy import select, text
+from sqlalchemy import or_, select, text
 from sqlalchemy.orm import Session
 
 from verifier.audit.models import AuditEventRow, AuditTreeNodeRow, CheckpointRow
@@ -30,6 +30,35 @@ def head(s: Session) -> AuditEventRow | None:
 def page(s: Session, after: int, limit: int) -> list[AuditEventRow]:
     q = select(AuditEventRow).where(AuditEventRow.idx > after).order_by(AuditEventRow.idx).limit(limit)
     return list(s.scalars(q))
+
+
+def search(
+    s: Session,
+    after: int,
+    limit: int,
+    *,
+    subject: str | None = None,
+    action: str | None = None,
+    level: int | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> list[AuditEventRow]:
+    """A page of events matching every filter given; `since`/`until` are ISO-8601 UTC strings in the stored
+    format (microseconds, +00:00), so they compare as text; `until` is exclusive."""
+    q = select(AuditEventRow).where(AuditEventRow.idx > after)
+    if subject is not None:
+        q = q.where(AuditEventRow.subject == subject)
+    if action is not None:
+        q = q.where(AuditEventRow.action == action)
+    if level is not None:
+        lv = str(level)
+        col = AuditEventRow.levels
+        q = q.where(or_(col == lv, col.like(f"{lv},%"), col.like(f"%,{lv}"), col.like(f"%,{lv},%")))
+    if since is not None:
+        q = q.where(AuditEventRow.created_at >= since)
+    if until is not None:
+        q = q.where(AuditEventRow.created_at < until)
+    return list(s.scalars(q.order_by(AuditEventRow.idx).limit(limit)))
 
 
 def iterate(s: Session, batch: int = 1000, after: int = -(2**31)) -> Iterator[AuditEventRow]:

@@ -135,6 +135,10 @@ def event_dict(row: AuditEventRow) -> dict[str, object]:
     return d
 
 
-def list_events(db: Database, after: int, limit: int) -> list[dict[str, object]]:
+def list_events(db: Database, after: int, limit: int, **filters: object) -> list[dict[str, object]]:
+    """Events after index `after`; `filters` (subject, action, level, since, until) narrow them (see
+    `repository.search`)."""
     with db.snapshot() as s:
+        if any(v is not None for v in filters.values()):
+            return [event_dict(r) for r in repo.search(s, after, limit, **filters)]  # type: ignore[arg-type]
         return [event_dict(r) for r in repo.page(s, after, limit)]

@@ -1,28 +1,65 @@
-"""`hero` console script: each command group lives in its own module and registers itself here."""
+"""`hero` console script. Each command group lives in its own module, named in COMMANDS; only the module of
+the command being run is imported (with its heavy dependencies inside its handlers), so `hero --help` and
+argument errors answer in a fraction of a second."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 
-from verifier.cli import bench, decode, evaluate, generate, keys, providers, service, worker
 from verifier.errors import DomainError
 
 CommandError = (DomainError, ValueError, RuntimeError, OSError, LookupError)
-COMMAND_MODULES = [keys, generate, decode, service, bench, worker, evaluate, providers]
+
+# command -> (module whose register(sub) adds it, one-line help for `hero --help`). To add a command: one row
+# here and a module with register(sub); a module may register several commands (list each of them here).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "keys": ("verifier.cli.keys", "manage per-level watermark keys"),
+    "generate": ("verifier.cli.generate", "generate watermarked text with a local model"),
+    "decode": ("verifier.cli.decode", "decode the payload of a text (via HERO_URL's service when set)"),
+    "serve": ("verifier.cli.service", "start the verification API (uvicorn)"),
+    "token": ("verifier.cli.service", "mint a dev JWT (only with HERO_DEV_MODE=1); prints only the token"),
+    "db": ("verifier.cli.service", "service database"),
+    "audit": ("verifier.cli.service", "audit log"),
+    "kek": ("verifier.cli.service", "key-encryption keys (wrap the per-row data keys)"),
+    "bench": ("verifier.cli.bench", "measure decode / generation throughput (prints one JSON line)"),
+    "worker": ("verifier.cli.worker", "start a Celery decode worker (HERO_BROKER_URL, HERO_DATABASE_URL)"),
+    "eval": ("verifier.cli.evaluate", "evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)"),
+    "providers": ("verifier.cli.providers", "register / list / revoke generation providers (sealed key bundles)"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option), if any."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(argv: list[str] | None = None, *, full: bool = False) -> argparse.ArgumentParser:
+    """The `hero` parser. Only the module of the command in `argv` registers its real parsers (all of them
+    when `full`); every other command is a stub that lists it in `hero --help`."""
     parser = argparse.ArgumentParser(prog="hero", description="HeRo selective-disclosure watermarking")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = set(COMMANDS) if full else {c for c in [_command_of(sys.argv[1:] if argv is None else argv)] if c}
+    loaded: set[str] = set()
+    for name, (module, _) in COMMANDS.items():
+        if name in wanted and module not in loaded:
+            importlib.import_module(module).register(sub)
+            loaded.add(module)
+    registered = set(sub.choices)
+    for name, (_, help_) in COMMANDS.items():
+        if name not in registered:
+            sub.add_parser(name, help=help_, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int | None] = args.handler
     try:

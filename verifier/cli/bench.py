@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
-import torch
-
 from verifier.cli.common import emit
+
+MIN_REPS = 3  # fewer repetitions: a median of one or two runs on a loaded machine is noise
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +43,18 @@ def summary(times: list[float]) -> dict[str, float]:
     return {"min": min(times), "median": statistics.median(times), "max": max(times)}
 
 
+def warn_few_reps(reps: int, flag: str = "--reps") -> str | None:
+    """A warning (printed to stderr, and returned for the JSON line) when a figure rests on < MIN_REPS runs."""
+    if reps >= MIN_REPS:
+        return None
+    msg = f"only {reps} repetition(s) ({flag} {reps}): the figures are not reliable; use {flag} {MIN_REPS} or more"
+    print(f"hero: warning: {msg}", file=sys.stderr)
+    return msg
+
+
 def timed(fn: Callable[[], object], reps: int, warmup: int = 1, sync: bool = False) -> list[float]:
+    import torch
+
     for _ in range(warmup):
         fn()
     out = []
@@ -59,6 +71,8 @@ def timed(fn: Callable[[], object], reps: int, warmup: int = 1, sync: bool = Fal
 
 def decode_problem(batch: int, tokens: int, device: str = "cpu", seed: int = 0, profile=None, levels: int = 0):
     """Random ids for `profile` (default: the shipped default) and fresh tables for levels 1..levels."""
+    import torch
+
     from gpu import prf
     from gpu.scoring import LevelKeys, ScoringSpec
     from verifier.engine.keys import derive_level_table, new_master_secret
@@ -86,6 +100,8 @@ def decode_problem(batch: int, tokens: int, device: str = "cpu", seed: int = 0, 
 def decode_figures(batch: int, tokens: int, device: str = "cpu", reps: int = 20, torch_reps: int = 3,
                    profile=None, levels: int = 0) -> dict:
     """Tokens/s of the evidence kernel (levels 1..levels at once) on the selected fast path and on torch."""
+    import torch
+
     from gpu.evidence import segment_scores, select_backend
 
     profile, ids, lengths, kwargs = decode_problem(batch, tokens, device, profile=profile, levels=levels)
@@ -120,6 +136,8 @@ def decode_figures(batch: int, tokens: int, device: str = "cpu", reps: int = 20,
 
 def sampler_figures(vocab: int, batch: int = 1, reps: int = 50, device: str = "cpu") -> dict:
     """One HeroSampler.sample step (positions, seeds, routing, Gumbel-max) vs softmax + multinomial."""
+    import torch
+
     from gpu.sampler import HeroSampler
     from verifier.engine.keys import derive_level_table, new_master_secret
     from verifier.engine.profile import make_profile
@@ -148,6 +166,7 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
     Both runs force exactly `tokens` new tokens per row (min_new_tokens) and alternate, so load drift
     on a shared machine hits both alike. overhead_pct compares medians.
     """
+
     from verifier.engine.generation import generate_watermarked
     from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
     from verifier.engine.profile import default_profile
@@ -204,6 +223,8 @@ def tokenize_figures(batch: int, tokens: int = 200, reps: int = 10, name: str = 
 
 
 def _check(args: argparse.Namespace) -> None:
+    import torch
+
     if not 1 <= args.batch <= 4096 or not 1 <= args.tokens <= 100_000:
         raise ValueError("--batch must be in 1..4096 and --tokens in 1..100000")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -217,10 +238,15 @@ def cmd_decode(args: argparse.Namespace) -> None:
     profile = resolve_profile(args.profile)
     if not 0 <= args.levels <= profile.depth:
         raise ValueError(f"--levels must be in 0..{profile.depth}")
-    emit(decode_figures(args.batch, args.tokens, args.device, max(1, args.reps), max(0, args.torch_reps),
-                        profile, args.levels))
+    warnings = [w for w in (warn_few_reps(max(1, args.reps)),
+                            warn_few_reps(args.torch_reps, "--torch-reps") if args.torch_reps > 0 else None) if w]
+    out = decode_figures(args.batch, args.tokens, args.device, max(1, args.reps), max(0, args.torch_reps),
+                         profile, args.levels)
+    emit({**out, "warnings": warnings} if warnings else out)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
     _check(args)
-    emit(generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device))
+    warning = warn_few_reps(max(1, args.reps))
+    out = generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device)
+    emit({**out, "warnings": [warning]} if warning else out)

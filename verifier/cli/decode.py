@@ -1,22 +1,34 @@
-"""`hero decode`: detect and decode a text for the requested levels, as JSON."""
+"""`hero decode`: detect and decode a text for the requested levels, as JSON.
+
+With HERO_URL (or --url) set, the text goes to that running service's POST /v1/verify with the bearer token
+in HERO_TOKEN: no tokenizer or key loading per call, and the service audits the disclosure under the token's
+identity. Otherwise it decodes locally with the key store of this machine (audited as the OS user)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
 from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
-from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder
+
+DEFAULT_ALPHA = 1e-4  # verifier.engine.decoder.DEFAULT_ALPHA (not imported here: it pulls in torch)
+SERVICE_TIMEOUT_S = 120.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("decode", help="decode the payload of a text")
+    p = sub.add_parser("decode", help="decode the payload of a text (via HERO_URL's service when set)")
     p.add_argument("--levels", default="1", help="levels to decode: '1' or '1,2' (must start at 1)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text")
     src.add_argument("--file", help="file holding the text ('-' = stdin)")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance for 'watermarked'")
+    p.add_argument("--alpha", type=float, default=None,
+                   help=f"significance for 'watermarked' (local decode; default {DEFAULT_ALPHA:g})")
+    p.add_argument("--url", default=None,
+                   help="decode with the service at this base URL (default: HERO_URL; token: HERO_TOKEN)")
+    p.add_argument("--local", action="store_true", help="decode here even when HERO_URL is set")
     add_profile_arg(p)
     p.set_defaults(handler=cmd_decode)
 
@@ -46,14 +58,59 @@ def read_text(args: argparse.Namespace) -> str:
         raise ValueError(f"{args.file} is not UTF-8 text") from None
 
 
+def service_url(args: argparse.Namespace) -> str | None:
+    if args.local:
+        return None
+    url = args.url or os.environ.get("HERO_URL") or None
+    return url.rstrip("/") if url else None
+
+
+def decode_remote(url: str, token: str, text: str, max_level: int, timeout: float = SERVICE_TIMEOUT_S) -> dict:
+    """POST /v1/verify on a running service; its result (with the audit receipt) or a one-line error."""
+    import urllib.error
+    import urllib.request
+
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"HERO_URL must start with http:// or https://, got {url[:40]!r}")
+    body = json.dumps({"texts": [text], "max_level": max_level}).encode()
+    req = urllib.request.Request(f"{url}/v1/verify", data=body, method="POST", headers={  # noqa: S310
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (the operator's own URL)
+            return json.loads(resp.read())["results"][0]
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("detail", "")
+        except ValueError:
+            detail = ""
+        raise RuntimeError(f"service answered {exc.code}: {detail or exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise RuntimeError(f"cannot reach {url}: {exc.reason}") from None
+
+
 def cmd_decode(args: argparse.Namespace) -> None:
-    profile = resolve_profile(args.profile)
     max_level = parse_levels(args.levels)
-    if max_level > profile.depth:
-        raise ValueError(f"profile {profile.name!r} has only {profile.depth} levels")
     text = read_text(args)
     if not text.strip():
-        raise DecodeError("text is empty")
+        raise ValueError("text is empty")
+    url = service_url(args)
+    if url is not None:
+        if args.alpha is not None:
+            raise ValueError("--alpha applies to a local decode; the service uses its HERO_ALPHA (or pass --local)")
+        token = os.environ.get("HERO_TOKEN", "").strip()
+        if not token:
+            raise ValueError("HERO_URL is set but HERO_TOKEN is empty: export a bearer token (or pass --local)")
+        emit(decode_remote(url, token, text, max_level))
+        return
+    decode_local(args, text, max_level)
+
+
+def decode_local(args: argparse.Namespace, text: str, max_level: int) -> None:
+    from verifier.engine.decoder import DecodeError, Decoder
+
+    profile = resolve_profile(args.profile)
+    if max_level > profile.depth:
+        raise ValueError(f"profile {profile.name!r} has only {profile.depth} levels")
     store = open_store(cli_settings(args))
     tables = store.verification_tables(profile, max_level)
     if max(tables) < max_level:
@@ -62,7 +119,7 @@ def cmd_decode(args: argparse.Namespace) -> None:
     from verifier.lm import load_tokenizer
     from verifier.verify.release import outcome
 
-    decoder = Decoder(profile, tables, alpha=args.alpha)
+    decoder = Decoder(profile, tables, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha)
     (result,) = decoder.decode_texts([text], load_tokenizer(profile.tokenizer))
     out = result.to_dict()
     actor = cli_actor()

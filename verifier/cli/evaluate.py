@@ -86,11 +86,15 @@ def cmd_eval(args: argparse.Namespace) -> None:
     runner = Runner(cfg, model, tokenizer)
     if args.quick and not cfg.out:
         runner.save = lambda: None  # type: ignore[method-assign]
+        print("hero: --quick writes no report files; add --out DIR to write one", file=sys.stderr)
     results = runner.run()
     if cfg.out:
+        from pathlib import Path
+
         from verifier.evaluation.report import write_report
 
-        write_report(results, __import__("pathlib").Path(cfg.out))
+        write_report(results, Path(cfg.out))
+        print(f"hero: report written to {Path(cfg.out) / 'README.md'} (results.json beside it)", file=sys.stderr)
     print(json.dumps(quick_summary(results), indent=1))
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from verifier.cli.common import add_profile_arg, cli_settings, emit, open_store, resolve_profile
-from verifier.engine.payload import encode_payload, parse_field_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    from verifier.engine.payload import encode_payload, parse_field_args
+
     profile = resolve_profile(args.profile)
     payload = parse_field_args(profile, args.field)
     encode_payload(profile, payload)  # validate before the slow model load
@@ -35,22 +37,26 @@ def cmd_generate(args: argparse.Namespace) -> None:
     if not 0 <= args.min_new_tokens <= args.max_new_tokens:
         raise ValueError("--min-new-tokens must be in 0..--max-new-tokens")
     keyset = open_store(cli_settings(args)).active_keyset(profile)
-    from verifier.engine.generation import generate_watermarked
-    from verifier.lm import load_model
+    from tqdm import tqdm
 
+    from verifier.engine.generation import generate_watermarked
+    from verifier.lm import cache_dir, load_model, model_names
+
+    if args.model not in model_names():
+        raise ValueError(f"unknown model {args.model!r}; choose one of {model_names()}")
+    if not (cache_dir(args.model) / "config.json").is_file():
+        print(f"hero: first use of {args.model!r}: converting its GGUF weights to a float32 model under "
+              f"{cache_dir(args.model)} (30-100 s). This happens once; later runs load the converted copy in "
+              "seconds.", file=sys.stderr)
+    print(f"hero: loading {args.model!r}...", file=sys.stderr)
     model, tokenizer = load_model(args.model)
-    (gen,) = generate_watermarked(
-        model,
-        tokenizer,
-        [args.prompt],
-        [payload],
-        profile,
-        keyset,
-        max_new_tokens=args.max_new_tokens,
-        min_new_tokens=args.min_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-    )
+    bar = tqdm(total=args.max_new_tokens, desc="generating", unit="tok", file=sys.stderr, leave=False,
+               disable=None)  # disable=None: no bar when stderr is not a terminal
+    with bar:
+        (gen,) = generate_watermarked(
+            model, tokenizer, [args.prompt], [payload], profile, keyset,
+            max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, on_step=lambda: bar.update(1),
+        )
     emit({"text": gen.text, "payload": payload, "key_version": keyset.tables[0].version,
           "key_versions": {str(t.level): t.version for t in keyset.tables}})

@@ -37,6 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     des.add_argument("--version", required=True, help="e.g. l1-v1")
     des.add_argument("--confirm", required=True, help="repeat the version id to confirm")
     des.set_defaults(handler=cmd_destroy)
+    mov = ks.add_parser(
+        "move-profile",
+        help="relabel a profile's keys (upgrade to spec v2: --from default --to v1, then 'keys init')",
+    )
+    mov.add_argument("--from", dest="source", required=True, help="profile name the keys are stored under")
+    mov.add_argument("--to", dest="target", required=True, help="profile (name or YAML path) they belong to now")
+    mov.add_argument("--confirm", required=True, help="repeat the source profile name to confirm")
+    mov.set_defaults(handler=cmd_move_profile)
 
 
 def cmd_init(args: argparse.Namespace) -> None:
@@ -80,3 +88,11 @@ def cmd_destroy(args: argparse.Namespace) -> None:
         profile, args.level, args.version, confirm=args.confirm, actor=cli_actor()
     )
     emit({"profile": profile.name, "version": version_meta(row)})
+
+
+def cmd_move_profile(args: argparse.Namespace) -> None:
+    if args.confirm != args.source:
+        raise ValueError(f"--confirm must repeat the source profile name ({args.source!r})")
+    target = resolve_profile(args.target)
+    rows = open_store(cli_settings(args)).move_profile(args.source, target, cli_actor())
+    emit({"from": args.source, "profile": target.name, "moved": [r.version for r in rows]})

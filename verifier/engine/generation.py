@@ -12,7 +12,7 @@ drawn with fresh randomness: one key and prompt then no longer fix the opening o
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -162,6 +162,17 @@ class Generation:
     prompt: str
 
 
+class _StepHook(LogitsProcessor):
+    """Calls back once per step and leaves the scores as they are."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.fn()
+        return scores
+
+
 def generate_watermarked(
     model,
     tokenizer,
@@ -177,8 +188,10 @@ def generate_watermarked(
     top_p: float | None = None,
     watermark: bool = True,
     generator: torch.Generator | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> list[Generation]:
-    """Batched generation; returns the continuation only (what a verifier later receives)."""
+    """Batched generation; returns the continuation only (what a verifier later receives). `on_step` is
+    called once per generated token position (progress display)."""
     device = next(model.parameters()).device
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     warpers = make_warpers(temperature, top_k, top_p)
@@ -196,6 +209,8 @@ def generate_watermarked(
         kwargs["logits_processor"] = LogitsProcessorList([proc])
     else:
         kwargs["logits_processor"] = warpers
+    if on_step is not None:
+        kwargs["logits_processor"] = LogitsProcessorList([*kwargs["logits_processor"], _StepHook(on_step)])
     with torch.no_grad():
         out = model.generate(**enc, **kwargs)
     prompt_len = enc["input_ids"].shape[1]

@@ -337,7 +337,9 @@ def _decode_cost(att: dict) -> list[str]:
         "### Decode cost on CPU\n",
         f"{dc['texts']} human texts ({dc['tokens']} tokens) in one batch, token ids in (tokenisation excluded), "
         f"{dc['rounds']} interleaved rounds (median shown), {dc['torch_threads']} torch thread(s), shared 2-core "
-        "machine (indicative: ±30% between identical runs has been seen). GPU: not run here.\n",
+        "machine (indicative: ±30% between identical runs has been seen). "
+        "GPU: measured by `scripts/gpu-check` on a lent card (docs/performance.md, section CUDA: v1 and v2, "
+        "moderator and auditor).\n",
         "| decoder | µs/token (median) | all rounds |",
         "|---|---|---|",
     ]

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query, Response
 
 from verifier.auth.dependencies import VerifyCaller
 from verifier.bodies import JsonRoute
 from verifier.context import Ctx
 from verifier.errors import NotFound
 from verifier.jobs import service as jobs
-from verifier.jobs.schemas import JobAccepted, JobIn, JobOut
+from verifier.jobs.schemas import JobAccepted, JobIn, JobListOut, JobOut
+from verifier.metrics import JOB_TEXTS, JOBS
 from verifier.verify.release import charge_quota, check_texts, requested_level
 
 log = logging.getLogger("hero.jobs")
@@ -25,10 +27,11 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JsonRoute)
     response_model=JobAccepted,
     summary="Queue a decode job",
     description="Texts are stored encrypted; the job runs on Celery workers when HERO_BROKER_URL is set, in "
-    "this process otherwise. Results are audited like /v1/verify when they are stored.",
+    "this process otherwise. Results are audited like /v1/verify when they are stored. The `Location` header "
+    "names the job's status URL.",
     responses={401: {}, 403: {}, 413: {}, 422: {}, 429: {"description": "quota reached (Retry-After)"}, 503: {}},
 )
-def submit(body: JobIn, ctx: Ctx, p: VerifyCaller) -> dict:
+def submit(body: JobIn, ctx: Ctx, p: VerifyCaller, response: Response) -> dict:
     level = requested_level(p, body.max_level)
     check_texts(body.texts, ctx.settings.job_max_texts, ctx.settings.max_text_chars)
     charge_quota(ctx.limiter, ctx.policy, p, len(body.texts))
@@ -41,7 +44,28 @@ def submit(body: JobIn, ctx: Ctx, p: VerifyCaller) -> dict:
         jobs.mark_enqueued(ctx.db, job_id)
     except Exception as exc:  # stored durably: workers re-enqueue stale jobs once the broker is back
         log.warning("job not enqueued", extra={"job_id": job_id, "error": exc.__class__.__name__})
+    JOBS.labels("submitted").inc()
+    JOB_TEXTS.labels("submitted").inc(len(body.texts))
+    response.headers["Location"] = f"/v1/jobs/{job_id}"
     return {"job_id": job_id}
+
+
+@router.get(
+    "",
+    response_model=JobListOut,
+    summary="List jobs (own jobs; every job with `jobs.read_all`)",
+    description="Newest first, without results. A job belongs to the (issuer, subject, role) that submitted "
+    "it; only jobs whose level the caller's role covers are listed. Page with `offset` = `next_offset`.",
+    responses={401: {}, 403: {}, 422: {}},
+)
+def list_jobs(
+    ctx: Ctx,
+    p: VerifyCaller,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> dict:
+    rows = jobs.list_jobs(ctx.db, p, limit + 1, offset)
+    return {"jobs": rows[:limit], "next_offset": offset + limit if len(rows) > limit else None}
 
 
 @router.get(

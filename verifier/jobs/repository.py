@@ -143,3 +143,13 @@ def owner_of(s: Session, job_id: str):
     return s.execute(
         select(JobRow.owner_iss, JobRow.owner_sub, JobRow.role, JobRow.max_level).where(JobRow.id == job_id)
     ).first()
+
+
+def list_jobs(s: Session, owner: tuple[str, str, str] | None, max_level: int, limit: int, offset: int) -> list[JobRow]:
+    """Jobs newest first; `owner` = (issuer, subject, role) or None for every owner; never a job whose level
+    exceeds `max_level` (the reader's)."""
+    q = select(JobRow).where(JobRow.max_level <= max_level)
+    if owner is not None:
+        iss, sub, role = owner
+        q = q.where(JobRow.owner_iss == iss, JobRow.owner_sub == sub, JobRow.role == role)
+    return list(s.scalars(q.order_by(JobRow.created_at.desc(), JobRow.id).offset(offset).limit(limit)))

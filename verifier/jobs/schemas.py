@@ -15,22 +15,39 @@ class JobIn(BaseModel):
 
 
 class JobAccepted(BaseModel):
-    job_id: str
+    job_id: str = Field(description="poll GET /v1/jobs/{job_id} (also in the `Location` header)")
 
 
 class Progress(BaseModel):
-    total: int
-    done: int
+    total: int = Field(description="texts in the job")
+    done: int = Field(description="texts decoded and stored so far")
+
+
+class JobSummary(BaseModel):
+    job_id: str
+    status: str = Field(description="queued | running | done | failed")
+    progress: Progress = Field(description="texts done out of the total")
+    max_level: int = Field(description="deepest level decoded for this job")
+    created_at: str | None = Field(description="ISO-8601 UTC")
+    updated_at: str | None = Field(description="ISO-8601 UTC")
+    error: str | None = Field(description="why the job failed, in words")
+    subject: str = Field(description="the submitting token's subject")
+    role: str = Field(description="the submitting token's role")
+
+
+class JobListOut(BaseModel):
+    jobs: list[JobSummary] = Field(description="newest first; no results (read each job for those)")
+    next_offset: int | None = Field(description="offset of the next page; null on the last page")
 
 
 class JobOut(BaseModel):
     job_id: str
     status: str = Field(description="queued | running | done | failed")
-    progress: Progress
-    max_level: int
-    created_at: str | None
-    updated_at: str | None
-    error: str | None
+    progress: Progress = Field(description="texts done out of the total")
+    max_level: int = Field(description="deepest level decoded for this job")
+    created_at: str | None = Field(description="ISO-8601 UTC")
+    updated_at: str | None = Field(description="ISO-8601 UTC")
+    error: str | None = Field(description="why the job failed, in words")
     results: list[ResultOut] | None = Field(description="in input order, once status is done (as /v1/verify)")
     receipt: ReceiptOut | None = Field(
         default=None, description="transparency-log receipt of this read (`jobs.read` event), when results are released"

@@ -28,6 +28,7 @@ from verifier.jobs.models import JobRow
 from verifier.jobs.repository import FINAL, ItemRef
 from verifier.keys.crypto import decrypt, encrypt, new_data_key, open_data_key
 from verifier.keys.kek import KekProvider
+from verifier.metrics import JOB_TEXTS, JOBS
 
 
 def _job_aad(job_id: str) -> bytes:
@@ -161,14 +162,19 @@ def complete(
         job = s.get(JobRow, claim.job.id, populate_existing=True)
         assert job is not None
         job.keys_handed = _merge_handed(job.keys_handed, handed)
-        if job.done >= job.total and job.status not in FINAL:
+        finished = job.done >= job.total and job.status not in FINAL
+        if finished:
             job.status = "done"
+    JOB_TEXTS.labels("decoded").inc(n)  # after the commit: counted once stored and audited
+    if finished:
+        JOBS.labels("done").inc()
     return n
 
 
 def fail(db: Database, job_id: str, error: str) -> None:
     with db.session() as s:
         repo.fail_job(s, job_id, error, time.time())
+    JOBS.labels("failed").inc()
 
 
 def wait_hint(db: Database, job_id: str) -> float | None:
@@ -246,6 +252,20 @@ def may_read(owner, reader: Principal) -> bool:
     iss, sub, role, level = owner
     mine = (iss, sub, role) == (reader.iss, reader.sub, reader.role)
     return (mine or "jobs.read_all" in reader.actions) and reader.max_level >= level
+
+
+def list_jobs(db: Database, reader: Principal, limit: int, offset: int = 0) -> list[dict]:
+    """Status summaries (no results) of the reader's own jobs, newest first; a role with `jobs.read_all` sees
+    every owner's. As for reads, only jobs whose level the reader's covers."""
+    owner = None if "jobs.read_all" in reader.actions else (reader.iss, reader.sub, reader.role)
+    with db.session() as s:
+        rows = repo.list_jobs(s, owner, reader.max_level, limit, offset)
+        return [
+            {"job_id": j.id, "status": j.status, "progress": {"total": j.total, "done": j.done},
+             "max_level": j.max_level, "created_at": _iso(j.created_at), "updated_at": _iso(j.updated_at),
+             "error": j.error, "subject": j.owner_sub, "role": j.role}
+            for j in rows
+        ]
 
 
 def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval_s: float = 0.0) -> dict | None:

@@ -278,6 +278,36 @@ class DbKeyStore:
                 n += 1
         return n
 
+    def move_profile(self, source: str, target: Profile, actor: Actor | None = None) -> list[KeyVersionRow]:
+        """Relabel every key version of profile `source` as `target`, in one audited transaction.
+
+        The upgrade to spec v2 needs it: keys made while `default` named the v1 profile belong to `v1` now, so
+        texts made with them keep decoding (`--profile v1`) and `default` gets fresh v2 keys. Each secret is
+        re-sealed under the new name, because the key AEAD binds the profile name; destroyed versions move as
+        metadata. Refused when the target already has keys or lacks one of the source's levels.
+        """
+        if source == target.name:
+            raise KeyConflict("source and target profile are the same")
+        with self.db.session() as s:
+            if repo.count_profile(s, target.name):
+                raise KeyConflict(f"profile {target.name!r} already has keys; refusing to merge two key histories")
+            rows = repo.list_versions(s, source)
+            if not rows:
+                raise KeyNotFound(f"no keys for profile {source!r}")
+            if any(not 1 <= r.level <= target.depth for r in rows):
+                raise KeyConflict(f"profile {target.name!r} has {target.depth} levels; {source!r} has keys deeper")
+            for row in rows:
+                if row.ciphertext is not None:
+                    sealed = seal(self.kek, self._open(row), associated_data(target.name, row.level, row.version))
+                    row.kek_id, row.wrapped_dek, row.nonce, row.ciphertext = (
+                        sealed.kek_id, sealed.wrapped_dek, sealed.nonce, sealed.ciphertext)
+                row.profile = target.name
+            if actor is not None:
+                append_or_fail(s, [AuditEvent("keys.move_profile", actor.subject, actor.role, actor.jti, [], None,
+                                              None, "ok", f"{source} -> {target.name}")])
+        log.info("key profile moved", extra={"profile": target.name, "source": source})
+        return rows
+
     def _get(self, s, profile: Profile, level: int, version: str) -> KeyVersionRow:
         row = repo.get_version(s, profile.name, version, for_update=True)
         if row is None or row.level != level:

@@ -37,7 +37,7 @@ class SpanOut(BaseModel):
 
 
 class LevelOut(BaseModel):
-    """One level (only levels up to the caller's role maximum are present). See docs/results.md."""
+    """One level (only levels up to the caller's role maximum are present). See docs/service.md, "Reading a result"."""
 
     level: int = Field(description="1 = public level (e.g. `model`); deeper levels are private (e.g. `user`)")
     key_version: str | None = Field(
@@ -70,7 +70,7 @@ class LevelOut(BaseModel):
 
 
 class ResultOut(BaseModel):
-    """The verdict on one text, in input order. See docs/results.md for how to read it."""
+    """The verdict on one text, in input order. See docs/service.md, "Reading a result"."""
 
     watermarked: bool = Field(
         description="true when `p_value` <= HERO_ALPHA (default 1e-4) and at least one token was scored"

@@ -1,0 +1,220 @@
+"""Issue 14: the web console driven in Debian's chromium (Playwright via executable_path), one test per role's
+main flow, with every request to another host blocked and recorded (the console, /docs and /redoc must load
+with no network). `scripts/screenshots` runs these tests with HERO_SCREENSHOTS=docs/console to refresh the
+README's screenshots from the same flows."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.helpers.browser import Browser, live_server, require_browser, screenshot
+from tests.helpers.service import make_settings
+from tests.helpers.workers import make_texts
+
+UNMARKED = "An ordinary sentence that nobody watermarked, long enough to be scored by the detector, and more."
+
+
+@pytest.fixture(scope="module")
+def browser() -> Browser:
+    b = Browser(require_browser())
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, browser):
+    home = tmp_path_factory.mktemp("console-home")
+    settings = make_settings(home, f"sqlite:///{home / 'service.db'}", log_level="WARNING")
+    with live_server(settings) as srv:
+        from verifier.audit.service import Actor
+
+        srv.ctx.store.initialize(srv.ctx.profile, Actor("setup", "cli", "setup"))
+        srv.texts = make_texts(SimpleNamespace(ctx=srv.ctx), 3, steps=200, seed=3)
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def no_outside_requests(browser):
+    browser.blocked.clear()
+    yield
+    assert browser.blocked == [], f"requests to other hosts: {browser.blocked}"
+
+
+def sign_in(page, role: str) -> None:
+    page.goto("/console")
+    page.wait_for_selector("body[data-ready='1']")
+    page.get_by_role("button", name=f"Sign in as {role}").click()
+    page.wait_for_selector("#nav:not([hidden])")
+
+
+def verify(page, text: str):
+    page.get_by_label("Text", exact=True).fill(text)
+    page.get_by_role("button", name="Verify", exact=True).click()
+    page.wait_for_selector("#verify-result [data-testid=verdict]")
+    return page.locator("#verify-result")
+
+
+def test_moderator_verifies_a_text_at_phone_width(browser, live):
+    page = browser.page(live.url, width=390, height=844)
+    page.goto("/console")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.get_by_label("Bearer token (JWT from your identity provider)").is_visible()
+    screenshot(page, "signin")
+    page.get_by_role("button", name="Sign in as moderator").click()
+    page.wait_for_selector("#nav:not([hidden])")
+    assert page.locator("#who-text").inner_text().startswith("console-moderator (moderator")
+    assert not page.get_by_role("link", name="Keys").is_visible()  # no keys.read
+    assert not page.get_by_role("link", name="Audit log").is_visible()
+
+    result = verify(page, live.texts[0])
+    assert result.locator("[data-testid=verdict] strong").inner_text() == "Watermarked"
+    assert "Strong evidence of the watermark" in result.locator("[data-testid=p-words]").inner_text()
+    assert result.locator("section.level").count() == 1  # level 1 only: the moderator's maximum
+    assert result.locator("[data-testid=level-status]").inner_text().startswith("decoded")
+    assert re.search(r"model = \d+", result.locator("[data-testid=level-fields]").inner_text())
+    assert result.get_by_text(re.compile("Audit receipt")).is_visible()
+    fits = page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    assert fits, "the verify page scrolls sideways at phone width"
+    screenshot(page, "verify-moderator")
+
+    result = verify(page, UNMARKED)
+    assert result.locator("[data-testid=verdict] strong").inner_text() == "No watermark found"
+    # Keyboard: the form is reachable and submittable without a mouse.
+    page.locator("#verify-text").focus()
+    page.keyboard.press("Tab")
+
+
+MIXED = {
+    "watermarked": True, "p_value": 1e-9, "key_version": "l1-v1", "tokens_scored": 180, "spec_version": 2,
+    "flags": ["mixed-sources"],
+    "levels": [
+        {"level": 1, "key_version": "l1-v1", "fields": {"model": 1234}, "confidence": 0.999, "p_value": 1e-9,
+         "status": "decoded", "reason": None, "candidates": None, "spans": None},
+        {"level": 2, "key_version": "l2-v1", "fields": {"user": None}, "confidence": 0.0, "p_value": 1e-7,
+         "status": "mixed", "reason": "two values are each significant",
+         "candidates": [{"fields": {"user": 3001}, "p_value": 2e-6, "tokens": 90},
+                        {"fields": {"user": 42}, "p_value": 5e-5, "tokens": 88}],
+         "spans": [{"start": 0, "end": 91, "fields": {"user": 3001}},
+                   {"start": 91, "end": 180, "fields": {"user": 42}}]},
+    ],
+}
+
+
+def test_auditor_sees_private_levels_mixed_candidates_spans_and_receipt(browser, live):
+    page = browser.page(live.url)
+    sign_in(page, "auditor")
+    result = verify(page, live.texts[1])
+    assert result.locator("[data-testid=verdict] strong").inner_text() == "Watermarked"
+    levels = result.locator("section.level")
+    assert levels.count() == 2
+    assert "private" in levels.nth(1).inner_text()
+    assert re.search(r"user = \d+", levels.nth(1).locator("[data-testid=level-fields]").inner_text())
+    result.get_by_text(re.compile("Audit receipt")).click()
+    receipt = json.loads(result.locator("details.receipt pre").inner_text())
+    assert receipt["event"]["subject"] == "console-auditor" and receipt["event"]["action"] == "verify"
+    screenshot(page, "verify-auditor")
+
+    # A `mixed` level (spliced sources): the service's answer is replayed so the rendering is checked exactly.
+    receipt_doc = {"leaf_index": 0, "inclusion_proof": [], "checkpoint": "x", "event": {}}
+    page.route("**/v1/verify", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=json.dumps({"results": [{**MIXED, "receipt": receipt_doc}]})))
+    result = verify(page, "a spliced text")
+    assert "mixed-sources" in result.inner_text()
+    level2 = result.locator("section.level").nth(1)
+    assert level2.locator("[data-testid=level-status]").inner_text().startswith("mixed")
+    cands = level2.locator("[data-testid=candidates] tbody tr")
+    assert cands.count() == 2 and "user = 3001" in cands.nth(0).inner_text()
+    spans = level2.locator("[data-testid=spans] tbody tr")
+    assert spans.count() == 2 and spans.nth(1).inner_text().startswith("91–180")
+    screenshot(page, "verify-mixed")
+
+
+def test_admin_manages_key_versions_and_filters_the_audit_log(browser, live):
+    page = browser.page(live.url)
+    sign_in(page, "admin")
+    page.get_by_role("link", name="Keys").click()
+    rows = page.locator("#keys-table tbody tr")
+    rows.first.wait_for()
+
+    def row(version):
+        return page.locator("#keys-table tbody tr", has=page.locator("code", has_text=re.compile(f"^{version}$")))
+
+    before = rows.count()
+    page.get_by_role("button", name="Rotate level 2").click()
+    row("l2-v2").wait_for()
+    assert rows.count() == before + 1
+    assert "verify-only" in row("l2-v1").inner_text() and "active" in row("l2-v2").inner_text()
+    row("l2-v1").get_by_role("button", name="Disable").click()
+    expect(page.locator("#status")).to_contain_text("disabled l2-v1")
+    row("l2-v1").get_by_role("button", name="Enable").wait_for()
+    row("l2-v1").get_by_role("button", name="Enable").click()
+    expect(page.locator("#status")).to_contain_text("enabled l2-v1")
+
+    row("l2-v1").get_by_role("button", name="Destroy…").click()
+    dialog = page.get_by_role("dialog")
+    ok = dialog.get_by_role("button", name="Destroy")
+    assert ok.is_disabled()
+    dialog.get_by_label("Type l2-v1 to confirm").fill("l2-v")
+    assert ok.is_disabled()  # typed confirmation must match exactly
+    dialog.get_by_label("Type l2-v1 to confirm").fill("l2-v1")
+    screenshot(page, "keys-destroy")
+    ok.click()
+    expect(page.locator("#status")).to_contain_text("destroyed l2-v1")
+    expect(row("l2-v1")).to_contain_text("destroyed")
+    screenshot(page, "keys")
+
+    page.get_by_role("link", name="Audit log").click()
+    expect(page.locator("#audit-chain")).to_contain_text("Chain intact")
+    page.get_by_label("Action").select_option("keys.destroy")
+    page.get_by_role("button", name="Filter").click()
+    shown = page.locator("#audit-table tbody tr")
+    expect(shown).to_have_count(1)
+    expect(shown.first).to_contain_text("keys.destroy")
+    assert "console-admin" in shown.first.inner_text()
+    page.get_by_label("Action").select_option("")
+    page.get_by_label("Subject").fill("console-admin")
+    page.get_by_role("button", name="Filter").click()
+    expect(shown.first).not_to_contain_text("keys.destroy")
+    assert shown.count() >= 4 and all("console-admin" in t for t in shown.all_inner_texts())
+    screenshot(page, "audit")
+
+
+def test_job_submitted_from_a_file_shows_progress_and_downloads_results(browser, live, tmp_path):
+    page = browser.page(live.url)
+    sign_in(page, "auditor")
+    page.get_by_role("link", name="Jobs").click()
+    texts = [live.texts[2], UNMARKED]
+    page.locator("#job-file").set_input_files(files=[{
+        "name": "texts.json", "mimeType": "application/json", "buffer": json.dumps({"texts": texts}).encode()}])
+    page.get_by_role("button", name="Submit job").click()
+    box = page.locator("[data-testid=job-progress]")
+    box.get_by_text("done").wait_for(timeout=60_000)
+    bar = box.locator("progress")
+    assert bar.get_attribute("value") == bar.get_attribute("max") == "2"
+    page.wait_for_selector("#job-detail article.result")
+    assert page.locator("#job-detail article.result").count() == 2
+    assert page.locator("#jobs-table tbody tr", has_text="done").count() >= 1
+    screenshot(page, "jobs")
+    with page.expect_download() as dl:
+        box.get_by_role("link", name="Download results (JSON)").click()
+    path = tmp_path / "job.json"
+    dl.value.save_as(path)
+    doc = json.loads(Path(path).read_text())
+    assert doc["status"] == "done" and len(doc["results"]) == 2
+    assert doc["results"][0]["watermarked"] is True and doc["results"][1]["watermarked"] is False
+
+
+def test_api_docs_render_with_no_network(browser, live):
+    page = browser.page(live.url)
+    page.goto("/docs")
+    page.locator(".swagger-ui .info .title").get_by_text("HeRo Verifier").wait_for()
+    page.get_by_text("/v1/verify").first.wait_for()
+    screenshot(page, "docs")
+    page.goto("/redoc")
+    page.get_by_role("heading", name=re.compile("HeRo Verifier")).first.wait_for()

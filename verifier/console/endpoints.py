@@ -1,0 +1,95 @@
+"""/console: the single-page console, its assets, who the caller is, and dev-mode sign-in tokens."""
+
+from __future__ import annotations
+
+import ipaddress
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel, Field
+
+from verifier.auth.dependencies import current_principal
+from verifier.auth.principal import Principal
+from verifier.context import Ctx
+from verifier.errors import Forbidden, InvalidInput, NotFound
+
+router = APIRouter(prefix="/console", tags=["console"])
+
+# Same-origin only: the console loads nothing from another host and may only be framed by nobody.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
+                    "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+ASSETS = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}
+DEV_TTL_S = 3600
+
+
+def _asset(name: str) -> bytes:
+    return resources.files("verifier.console").joinpath("static", name).read_bytes()
+
+
+class WhoAmI(BaseModel):
+    subject: str = Field(description="the token's subject")
+    role: str = Field(description="the token's role")
+    max_level: int = Field(description="deepest level this role may see (server policy)")
+    actions: list[str] = Field(description="what this role may do (policies/roles.yaml)")
+
+
+class ConsoleConfig(BaseModel):
+    dev_mode: bool = Field(description="dev-mode sign-in buttons available (HERO_DEV_MODE=1)")
+    roles: list[str] = Field(description="roles of the policy (dev sign-in offers these)")
+    alpha: float = Field(description="significance threshold of `watermarked` (HERO_ALPHA)")
+
+
+class DevToken(BaseModel):
+    token: str = Field(description="a dev JWT for the role, valid one hour")
+
+
+@router.get("", response_class=HTMLResponse, include_in_schema=False)
+def index() -> Response:
+    return Response(_asset("index.html"), media_type="text/html; charset=utf-8", headers=SECURITY_HEADERS)
+
+
+@router.get("/assets/{name}", include_in_schema=False)
+def asset(name: str) -> Response:
+    if name not in ASSETS:
+        raise NotFound("no such asset")
+    return Response(_asset(name), media_type=ASSETS[name], headers=SECURITY_HEADERS)
+
+
+@router.get("/config", response_model=ConsoleConfig, summary="What the console's sign-in page needs")
+def config(ctx: Ctx) -> dict:
+    return {"dev_mode": ctx.settings.dev_mode, "roles": sorted(ctx.policy.roles) if ctx.settings.dev_mode else [],
+            "alpha": ctx.settings.alpha}
+
+
+@router.get("/whoami", response_model=WhoAmI, summary="The caller's subject, role, level and actions",
+            responses={401: {}, 403: {}})
+def whoami(p: Annotated[Principal, Depends(current_principal)]) -> dict:
+    return {"subject": p.sub, "role": p.role, "max_level": p.max_level, "actions": sorted(p.actions)}
+
+
+def _loopback(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@router.post("/dev-token", response_model=DevToken,
+             summary="Dev mode only, from this machine only: a token for a role (404 outside dev mode)",
+             responses={403: {}, 404: {}, 422: {}})
+def dev_token(request: Request, ctx: Ctx, role: Annotated[str, Query(min_length=1, max_length=64)]) -> dict:
+    if not ctx.settings.dev_mode:
+        raise NotFound("not found")  # outside dev mode the route does not exist
+    if not _loopback(request):  # a dev server bound to a public address must not hand out admin tokens
+        raise Forbidden("dev sign-in only from the machine running the service")
+    from verifier.auth.devkeys import mint_token
+
+    if ctx.policy.role(role) is None:
+        raise InvalidInput("unknown role")
+    return {"token": mint_token(ctx.settings, role, f"console-{role}", DEV_TTL_S)}

@@ -1,0 +1,415 @@
+// HeRo Verifier console: plain JS, no dependencies. Talks only to this origin's API with the user's token.
+"use strict";
+(function () {
+  const TOKEN_KEY = "hero.console.token";
+  const state = { me: null, config: null, jobsOffset: 0, auditAfter: 0, pollTimer: null };
+  const $ = (id) => document.getElementById(id);
+
+  // DOM builder: text nodes only (no HTML parsing of strings), so nothing from a response is ever parsed as HTML.
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return node;
+  }
+
+  function say(msg, isError) {
+    const s = $("status");
+    s.textContent = msg || "";
+    s.className = "status" + (isError ? " error" : "");
+  }
+
+  function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+  async function api(method, path, body) {
+    const headers = {};
+    const t = token();
+    if (t) headers.Authorization = "Bearer " + t;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await r.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (e) { data = text; }
+    if (!r.ok) {
+      const detail = data && data.detail ? data.detail : r.status + " " + r.statusText;
+      const err = new Error(detail);
+      err.status = r.status;
+      if (r.status === 401 && path !== "/console/whoami") { signOut("Your session ended: " + detail); }
+      throw err;
+    }
+    return { data, response: r };
+  }
+
+  // ---- words for numbers -------------------------------------------------------------------------
+  function sci(p) {
+    if (p === 0) return "0";
+    if (p >= 0.001) return p.toPrecision(2);
+    const e = Math.floor(Math.log10(p));
+    const m = p / Math.pow(10, e);
+    return (Math.round(m * 10) / 10) + "×10^" + e;
+  }
+  function oneIn(p) {
+    if (p <= 0) return "practically never";
+    const n = 1 / p;
+    if (n < 1e6) return "about once in " + Math.round(n).toLocaleString("en");
+    const e = Math.floor(Math.log10(n));
+    return "about once in 10^" + e + " texts";
+  }
+  function pWords(p, alpha, scored) {
+    if (!scored) return "No tokens could be scored: the text is too short or too repetitive to tell.";
+    if (p <= alpha) return "Strong evidence of the watermark: a text without it scores this high " + oneIn(p) +
+      " (p = " + sci(p) + ", threshold " + sci(alpha) + ").";
+    if (p <= 0.01) return "Some evidence, but not enough to call the text watermarked (p = " + sci(p) +
+      ", threshold " + sci(alpha) + "). A longer excerpt may settle it.";
+    return "No evidence of the watermark: unmarked text scores like this often (p = " + sci(p) + ").";
+  }
+  const STATUS_WORDS = {
+    decoded: "decoded: this level's own evidence supports one value",
+    absent: "absent: no evidence for this level",
+    mixed: "mixed: two or more values are each supported (e.g. text from several sources)",
+    undecodable: "undecodable",
+  };
+  const FLAG_WORDS = {
+    "inconsistent-levels": "level 1 decoded but a deeper level you hold is absent",
+    "mixed-sources": "some level carries more than one value",
+  };
+  function fieldsText(fields) {
+    if (!fields) return "—";
+    const parts = Object.entries(fields).map(([k, v]) => k + " = " + (v === null ? "—" : v));
+    return parts.length ? parts.join(", ") : "—";
+  }
+
+  // ---- result rendering ---------------------------------------------------------------------------
+  function renderResult(res, text, index) {
+    const alpha = state.config ? state.config.alpha : 1e-4;
+    const card = el("article", { class: "card result", "aria-label": "Result" + (index !== undefined ? " " + (index + 1) : "") });
+    const cls = res.watermarked ? "yes" : (res.flags && res.flags.length ? "warn" : "no");
+    card.append(el("div", { class: "verdict " + cls, "data-testid": "verdict" },
+      el("strong", {}, res.watermarked ? "Watermarked" : "No watermark found"),
+      el("span", { "data-testid": "p-words" }, pWords(res.p_value, alpha, res.tokens_scored))));
+    if (res.flags && res.flags.length) {
+      card.append(el("p", {}, "Warnings: ", res.flags.map((f) => el("span", { class: "flag", title: FLAG_WORDS[f] || "" }, f + (FLAG_WORDS[f] ? " — " + FLAG_WORDS[f] : "")))));
+    }
+    card.append(el("dl", { class: "facts" },
+      el("dt", {}, "p-value (all levels you may see)"), el("dd", {}, sci(res.p_value)),
+      el("dt", {}, "Tokens scored"), el("dd", {}, res.tokens_scored),
+      el("dt", {}, "Level-1 key version"), el("dd", {}, res.key_version || "none"),
+      el("dt", {}, "Spec version"), el("dd", {}, res.spec_version == null ? "—" : res.spec_version)));
+    for (const lv of res.levels || []) card.append(renderLevel(lv));
+    if (res.receipt) {
+      card.append(el("details", { class: "receipt" }, el("summary", {}, "Audit receipt (transparency log, event #" + (res.receipt.leaf_index + 1) + ")"),
+        el("p", { class: "muted" }, "Proof that this disclosure is in the signed audit log; check it offline with the log's public key (docs/transparency.md)."),
+        el("pre", {}, JSON.stringify(res.receipt, null, 1))));
+    }
+    if (text) card.append(el("details", {}, el("summary", {}, "Text"), el("pre", { class: "text" }, text)));
+    return card;
+  }
+
+  function renderLevel(lv) {
+    const priv = lv.level > 1;
+    const box = el("section", { class: "level" + (priv ? " private" : ""), "aria-label": "Level " + lv.level });
+    box.append(el("h4", {}, "Level " + lv.level, el("span", { class: "tag" }, priv ? "private" : "public")));
+    const facts = el("dl", { class: "facts" },
+      el("dt", {}, "Status"), el("dd", { class: "st st-" + lv.status, "data-testid": "level-status" }, STATUS_WORDS[lv.status] || lv.status),
+      el("dt", {}, "Fields"), el("dd", { "data-testid": "level-fields" }, fieldsText(lv.fields)),
+      el("dt", {}, "Confidence"), el("dd", {}, lv.confidence ? (100 * lv.confidence).toFixed(2) + "% that the value is exactly right" : "no value released"),
+      el("dt", {}, "Level p-value"), el("dd", {}, sci(lv.p_value)),
+      el("dt", {}, "Key version"), el("dd", {}, lv.key_version || "none"));
+    if (lv.reason) facts.append(el("dt", {}, "Reason"), el("dd", {}, lv.reason));
+    box.append(facts);
+    if (lv.candidates && lv.candidates.length) {
+      box.append(el("div", { class: "scroll" }, el("table", { "aria-label": "Candidates of level " + lv.level, "data-testid": "candidates" },
+        el("caption", { class: "sr" }, "Candidate values"),
+        el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Candidate value"), el("th", { scope: "col" }, "p-value"), el("th", { scope: "col" }, "Tokens"))),
+        el("tbody", {}, lv.candidates.map((c) => el("tr", {}, el("td", {}, fieldsText(c.fields)), el("td", {}, sci(c.p_value)), el("td", {}, c.tokens)))))));
+    }
+    if (lv.spans && lv.spans.length) {
+      box.append(el("div", { class: "scroll" }, el("table", { "aria-label": "Spans of level " + lv.level, "data-testid": "spans" },
+        el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Tokens"), el("th", { scope: "col" }, "Value carried"))),
+        el("tbody", {}, lv.spans.map((s) => el("tr", {}, el("td", {}, s.start + "–" + s.end), el("td", {}, fieldsText(s.fields))))))));
+    }
+    return box;
+  }
+
+  // ---- pages --------------------------------------------------------------------------------------
+  const PAGES = ["signin", "verify", "jobs", "keys", "audit"];
+  function allowed(page) {
+    if (!state.me) return page === "signin";
+    if (page === "keys") return state.me.actions.includes("keys.read");
+    if (page === "audit") return state.me.actions.includes("audit.read");
+    return page !== "signin";
+  }
+  async function route() {
+    let page = (location.hash || "#verify").slice(1);
+    if (!PAGES.includes(page)) page = "verify";
+    if (!state.me && token()) await loadMe();
+    if (!allowed(page)) page = state.me ? "verify" : "signin";
+    for (const p of PAGES) $("page-" + p).hidden = p !== page;
+    for (const a of document.querySelectorAll("nav a")) {
+      if (a.dataset.page === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+      a.hidden = !allowed(a.dataset.page);
+    }
+    $("nav").hidden = !state.me;
+    $("who").hidden = !state.me;
+    document.title = page[0].toUpperCase() + page.slice(1) + " · HeRo Verifier console";
+    if (page === "jobs") loadJobs(true);
+    if (page === "keys") loadKeys();
+    if (page === "audit") loadAudit(true);
+  }
+
+  async function loadMe() {
+    try {
+      state.me = (await api("GET", "/console/whoami")).data;
+      $("who-text").textContent = state.me.subject + " (" + state.me.role + ", levels 1–" + state.me.max_level + ")";
+    } catch (e) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      state.me = null;
+      say("Sign-in failed: " + e.message, true);
+    }
+  }
+
+  function signOut(msg) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.me = null;
+    say(msg || "Signed out.");
+    location.hash = "#signin";
+    route();
+  }
+
+  async function signIn(t) {
+    sessionStorage.setItem(TOKEN_KEY, t.trim());
+    state.me = null;
+    await loadMe();
+    if (state.me) { say("Signed in as " + state.me.role + "."); location.hash = "#verify"; await route(); $("main").focus(); }
+  }
+
+  // verify
+  async function onVerify(ev) {
+    ev.preventDefault();
+    const text = $("verify-text").value;
+    const out = $("verify-result");
+    out.replaceChildren();
+    if (!text.trim()) { say("Paste a text first.", true); return; }
+    say("Verifying…");
+    try {
+      const { data } = await api("POST", "/v1/verify", { texts: [text] });
+      out.replaceChildren(renderResult(data.results[0], null));
+      say("Verified.");
+    } catch (e) { say("Verify failed: " + e.message, true); }
+  }
+
+  function readFile(input) {
+    return new Promise((resolve, reject) => {
+      const f = input.files && input.files[0];
+      if (!f) { reject(new Error("choose a file")); return; }
+      const r = new FileReader();
+      r.onload = () => resolve({ name: f.name, text: String(r.result) });
+      r.onerror = () => reject(new Error("cannot read " + f.name));
+      r.readAsText(f, "utf-8");
+    });
+  }
+
+  function parseTexts(name, raw) {
+    const lower = name.toLowerCase();
+    if (lower.endsWith(".jsonl")) return raw.split("\n").filter((l) => l.trim()).map((l) => {
+      const v = JSON.parse(l); return typeof v === "string" ? v : v.text;
+    });
+    if (lower.endsWith(".json")) {
+      const v = JSON.parse(raw);
+      return Array.isArray(v) ? v : v.texts;
+    }
+    return raw.split(/\n\s*\n/).map((t) => t.trim()).filter(Boolean);
+  }
+
+  // jobs
+  function progressBar(job) {
+    const p = job.progress;
+    return el("progress", { max: p.total || 1, value: p.done, "aria-label": "Job " + job.job_id.slice(0, 8) + " progress" },
+      p.done + " of " + p.total);
+  }
+  async function onJobSubmit(ev) {
+    ev.preventDefault();
+    let texts;
+    try {
+      const f = await readFile($("job-file"));
+      texts = parseTexts(f.name, f.text);
+      if (!Array.isArray(texts) || !texts.length || texts.some((t) => typeof t !== "string")) throw new Error("no texts found");
+    } catch (e) { say("Cannot use this file: " + e.message, true); return; }
+    try {
+      const { data, response } = await api("POST", "/v1/jobs", { texts });
+      say("Job submitted: " + texts.length + " texts.");
+      watchJob(response.headers.get("Location") || "/v1/jobs/" + data.job_id);
+      loadJobs(true);
+    } catch (e) { say("Submit failed: " + e.message, true); }
+  }
+
+  function watchJob(url) {
+    clearTimeout(state.pollTimer);
+    const box = $("job-current");
+    const tick = async () => {
+      try {
+        const { data } = await api("GET", url);
+        box.replaceChildren(el("div", { class: "card", "data-testid": "job-progress" },
+          el("p", {}, "Job ", el("code", {}, data.job_id), ": ", el("span", { class: "st st-" + data.status }, data.status),
+            " — " + data.progress.done + " of " + data.progress.total + " texts"),
+          progressBar(data),
+          data.status === "done" ? downloadLink(data) : null,
+          data.error ? el("p", { class: "st st-failed" }, data.error) : null));
+        if (data.status === "done") { showJob(data); loadJobs(true); return; }
+        if (data.status !== "failed") state.pollTimer = setTimeout(tick, 700);
+      } catch (e) { say("Job status failed: " + e.message, true); }
+    };
+    tick();
+  }
+
+  function downloadLink(data) {
+    const blob = new Blob([JSON.stringify(data, null, 1)], { type: "application/json" });
+    return el("a", { href: URL.createObjectURL(blob), download: "hero-job-" + data.job_id + ".json", class: "download" },
+      "Download results (JSON)");
+  }
+
+  function showJob(data) {
+    const box = $("job-detail");
+    box.replaceChildren(el("h3", {}, "Results of job " + data.job_id.slice(0, 8)),
+      data.receipt ? el("p", { class: "muted" }, "This read is audited (jobs.read, event #" + (data.receipt.leaf_index + 1) + ").") : null,
+      ...(data.results || []).map((r, i) => renderResult(r, null, i)));
+  }
+
+  async function loadJobs(reset) {
+    if (reset) state.jobsOffset = 0;
+    const body = $("jobs-table").tBodies[0];
+    try {
+      const { data } = await api("GET", "/v1/jobs?limit=20&offset=" + state.jobsOffset);
+      if (reset) body.replaceChildren();
+      for (const j of data.jobs) {
+        body.append(el("tr", {}, el("td", {}, (j.created_at || "").replace("T", " ").replace("Z", "")),
+          el("td", {}, el("code", {}, j.job_id.slice(0, 8))), el("td", {}, j.subject + " (" + j.role + ")"),
+          el("td", { class: "st st-" + j.status }, j.status), el("td", {}, progressBar(j)),
+          el("td", {}, el("button", { type: "button", class: "small", onclick: () => watchJob("/v1/jobs/" + j.job_id) },
+            j.status === "done" ? "Open" : "Watch"))));
+      }
+      if (!body.rows.length) body.append(el("tr", {}, el("td", { colspan: 6 }, "No jobs yet.")));
+      state.jobsOffset = data.next_offset || state.jobsOffset;
+      $("jobs-more").hidden = data.next_offset === null;
+    } catch (e) { say("Cannot list jobs: " + e.message, true); }
+  }
+
+  // keys
+  async function loadKeys() {
+    const body = $("keys-table").tBodies[0];
+    const admin = state.me.actions.includes("keys.write");
+    try {
+      const { data } = await api("GET", "/v1/keys");
+      body.replaceChildren();
+      const levels = [...new Set(data.versions.map((v) => v.level))].sort();
+      for (const v of data.versions) {
+        const acts = [];
+        if (admin && v.status === "active") acts.push(keyButton("Rotate level " + v.level, () => keyAction("POST", "/v1/keys/" + v.level + "/rotate", "rotated level " + v.level)));
+        if (admin && v.status === "verify-only") acts.push(keyButton("Disable", () => keyAction("POST", "/v1/keys/" + v.level + "/versions/" + v.version + "/disable", "disabled " + v.version)));
+        if (admin && v.status === "disabled") acts.push(keyButton("Enable", () => keyAction("POST", "/v1/keys/" + v.level + "/versions/" + v.version + "/enable", "enabled " + v.version)));
+        if (admin && (v.status === "verify-only" || v.status === "disabled")) acts.push(keyButton("Destroy…", () => askDestroy(v), "danger small"));
+        body.append(el("tr", {}, el("td", {}, v.level), el("td", {}, el("code", {}, v.version)),
+          el("td", { class: "st st-" + v.status }, v.status), el("td", {}, v.created_at || ""), el("td", {}, v.status_changed_at || ""),
+          el("td", {}, acts.length ? acts : "—")));
+      }
+      if (!data.versions.length) {
+        body.append(el("tr", {}, el("td", { colspan: 6 }, "No keys yet. ",
+          admin ? keyButton("Create keys", () => keyAction("POST", "/v1/keys/init", "created keys for " + levels.length + " levels")) : null)));
+      }
+    } catch (e) { say("Cannot list keys: " + e.message, true); }
+  }
+  function keyButton(label, fn, cls) {
+    return el("button", { type: "button", class: cls || "small", onclick: fn }, label);
+  }
+  async function keyAction(method, path, done, body) {
+    try { await api(method, path, body); say("Done: " + done + "."); } catch (e) { say("Failed: " + e.message, true); }
+    loadKeys();
+  }
+  function askDestroy(v) {
+    const dlg = $("destroy-dialog");
+    $("destroy-version").textContent = v.version;
+    const input = $("destroy-confirm");
+    input.value = "";
+    $("destroy-ok").disabled = true;
+    input.oninput = () => { $("destroy-ok").disabled = input.value !== v.version; };
+    $("destroy-cancel").onclick = () => dlg.close();
+    $("destroy-form").onsubmit = (ev) => {
+      ev.preventDefault();
+      if (input.value !== v.version) return;
+      dlg.close();
+      keyAction("POST", "/v1/keys/" + v.level + "/versions/" + v.version + "/destroy", "destroyed " + v.version, { confirm: input.value });
+    };
+    dlg.showModal();
+    input.focus();
+  }
+
+  // audit
+  function auditQuery() {
+    const q = new URLSearchParams();
+    const f = $("audit-form");
+    for (const name of ["subject", "action", "level"]) if (f.elements[name].value) q.set(name, f.elements[name].value);
+    for (const name of ["since", "until"]) if (f.elements[name].value) q.set(name, f.elements[name].value + "Z");
+    return q;
+  }
+  async function loadAudit(reset) {
+    if (reset) state.auditAfter = 0;
+    const q = auditQuery();
+    q.set("limit", "50");
+    q.set("after", String(state.auditAfter));
+    const body = $("audit-table").tBodies[0];
+    try {
+      const { data } = await api("GET", "/v1/audit/events?" + q);
+      if (reset) body.replaceChildren();
+      for (const e of data.events) {
+        body.append(el("tr", {}, el("td", {}, e.idx), el("td", {}, e.created_at.slice(0, 19).replace("T", " ")),
+          el("td", {}, e.action), el("td", {}, e.subject), el("td", {}, e.role), el("td", {}, e.levels.join(", ")),
+          el("td", {}, e.key_version || ""), el("td", {}, e.outcome), el("td", {}, e.detail || "")));
+      }
+      if (!body.rows.length) body.append(el("tr", {}, el("td", { colspan: 9 }, "No matching events.")));
+      if (data.next_after !== null) state.auditAfter = data.next_after;
+      $("audit-more").hidden = data.next_after === null;
+      if (reset) {
+        const chain = (await api("GET", "/v1/audit/verify")).data;
+        $("audit-chain").textContent = chain.valid ? "Chain intact: " + chain.events + " events, hashes and signed checkpoint check out."
+          : "Chain BROKEN at event " + chain.first_broken_index + ": " + chain.reason;
+      }
+    } catch (e) { say("Cannot read the audit log: " + e.message, true); }
+  }
+
+  // ---- wiring -------------------------------------------------------------------------------------
+  async function start() {
+    try { state.config = (await api("GET", "/console/config")).data; } catch (e) { state.config = { dev_mode: false, roles: [], alpha: 1e-4 }; }
+    if (state.config.dev_mode) {
+      $("dev-signin").hidden = false;
+      for (const role of state.config.roles) {
+        $("dev-buttons").append(el("button", { type: "button", class: "secondary", onclick: async () => {
+          try { await signIn((await api("POST", "/console/dev-token?role=" + encodeURIComponent(role))).data.token); }
+          catch (e) { say("Dev sign-in failed: " + e.message, true); }
+        } }, "Sign in as " + role));
+      }
+    }
+    $("signin-form").addEventListener("submit", (ev) => { ev.preventDefault(); signIn($("token").value); });
+    $("signout").addEventListener("click", () => signOut());
+    $("verify-form").addEventListener("submit", onVerify);
+    $("verify-file").addEventListener("change", async () => {
+      try { $("verify-text").value = (await readFile($("verify-file"))).text; say("Loaded the file's text."); }
+      catch (e) { say(e.message, true); }
+    });
+    $("job-form").addEventListener("submit", onJobSubmit);
+    $("jobs-more").addEventListener("click", () => loadJobs(false));
+    $("audit-form").addEventListener("submit", (ev) => { ev.preventDefault(); loadAudit(true); });
+    $("audit-more").addEventListener("click", () => loadAudit(false));
+    window.addEventListener("hashchange", route);
+    await route();
+    document.body.dataset.ready = "1";
+  }
+  start();
+})();

@@ -12,6 +12,7 @@ SAFE_FIELDS = (
     "version", "texts", "error", "events", "kek_id", "job_id", "items", "worker", "jobs",
     "problem",  # a JWKS key skipped and why (source, kid, reason; never key material)
     "provider_id", "bundle_id", "versions",  # a generation bundle issued / installed (version names only)
+    "source",  # the profile a key move came from (hero keys move-profile; main logs it)
 )
 
 

@@ -20,7 +20,7 @@ The sampler's tensors live on the device given at construction; pass logits on t
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -144,6 +144,7 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> list[ProviderGeneration]:
     """Batched watermarked generation with `transformers` (what `hero generate` does, keys from the bundle)."""
     if len(prompts) != len(payloads):
@@ -153,6 +154,7 @@ def generate(
     gens: list[Generation] = generate_watermarked(
         model, tokenizer, prompts, payloads, bundle.profile, bundle.keyset, max_new_tokens=max_new_tokens,
         min_new_tokens=min_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+        on_step=on_step,
     )
     return [
         ProviderGeneration(g.text, g.token_ids, g.prompt, dict(p), dict(bundle.key_versions), bundle.bundle_id)

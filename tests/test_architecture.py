@@ -17,7 +17,7 @@ PACKAGES = ("gpu", "verifier", "workers")
 BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
         "verifier.secretfile", "verifier.db", "verifier.ratelimit")
 API = ("verifier.app", "verifier.middleware", "verifier.bodies", "verifier.auth.dependencies")
-SERVICES = ("audit", "keys", "auth", "verify", "jobs")
+SERVICES = ("audit", "keys", "auth", "verify", "jobs", "providers")
 
 # layer -> the layers it may import (besides itself)
 MAY_IMPORT: dict[str, set[str]] = {
@@ -31,10 +31,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "verify": {"base", "engine", "lm", "audit", "keys", "auth"},
     "jobs": {"base", "engine", "lm", "audit", "keys", "auth", "verify"},
     "evaluation": {"gpu", "base", "engine", "lm"},
-    "context": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs"},
-    "api": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "context"},
+    "sdk": {"gpu", "engine", "lm"},  # verifier.provider (provider SDK), verifier.client: no service import
+    "providers": {"base", "engine", "audit", "keys", "auth", "sdk"},
+    "context": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "providers"},
+    "api": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "context", "providers", "sdk"},
     "entry": {"gpu", "base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "evaluation", "context",
-              "api"},
+              "api", "providers", "sdk"},
 }
 
 
@@ -47,6 +49,8 @@ def layer(module: str) -> str:
         return "api"
     if module in BASE or module == "verifier":
         return "base"
+    if module in ("verifier.provider", "verifier.client") or module.startswith("verifier.provider."):
+        return "sdk"
     for name in ("engine", "evaluation", *SERVICES):
         if module == f"verifier.{name}" or module.startswith(f"verifier.{name}."):
             return name
@@ -159,7 +163,8 @@ def test_no_upward_imports():
 def test_schema_modules_load_without_the_engine():
     """Alembic (migrations/env.py) imports the ORM models: that must not pull torch or scipy."""
     code = (
-        "import sys, verifier.audit.models, verifier.jobs.models, verifier.keys.models, verifier.db, "
+        "import sys, verifier.audit.models, verifier.jobs.models, verifier.keys.models, verifier.providers.models, "
+        "verifier.db, "
         "verifier.settings; heavy = {'torch', 'scipy', 'transformers'} & set(sys.modules); "
         "assert not heavy, heavy"
     )

@@ -28,6 +28,7 @@ from verifier.jobs.endpoints import router as jobs_router
 from verifier.keys.endpoints import router as keys_router
 from verifier.metrics import AUDIT_FAILURES
 from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
+from verifier.providers.endpoints import router as providers_router
 from verifier.settings import Settings, get_settings
 from verifier.verify.endpoints import router as verify_router
 from verifier.verify.runner import DecodeRunner
@@ -185,7 +186,7 @@ def create_app(
     app.openapi = lambda: _openapi_with_error_shape(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
     _ops_routes(app, settings)
-    for router in (verify_router, jobs_router, keys_router, audit_router, console_router):
+    for router in (verify_router, jobs_router, keys_router, audit_router, console_router, providers_router):
         app.include_router(router)
     app.add_middleware(
         BodyGuardMiddleware,

@@ -11,6 +11,8 @@ SAFE_FIELDS = (
     "request_id", "method", "path", "status", "duration_ms", "subject", "role", "profile", "level",
     "version", "texts", "error", "events", "kek_id", "job_id", "items", "worker", "jobs",
     "problem",  # a JWKS key skipped and why (source, kid, reason; never key material)
+    "provider_id", "bundle_id", "versions",  # a generation bundle issued / installed (version names only)
+    "source",  # the profile a key move came from (hero keys move-profile; main logs it)
 )
 
 

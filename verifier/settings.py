@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     jwt_role_claim: str = "role"
     roles_file: Path = REPO_ROOT / "policies" / "roles.yaml"
     dev_mode: bool = False
+    bundle_ttl_seconds: int = Field(default=86400, ge=60, le=30 * 86400)  # generation-key bundles (providers)
 
     # Transparency log (signed checkpoints over the audit events)
     log_origin: str = Field(default="hero-verifier.local/audit", pattern=r"^[^\s+]{1,200}$")

@@ -11,7 +11,8 @@ from sqlalchemy import CheckConstraint, create_engine, inspect
 
 import verifier.audit.models
 import verifier.jobs.models
-import verifier.keys.models  # noqa: F401  (register every table on Base.metadata)
+import verifier.keys.models
+import verifier.providers.models  # noqa: F401  (register every table on Base.metadata)
 from verifier.db import Base, upgrade
 
 
@@ -38,7 +39,7 @@ def test_orm_matches_alembic_head(db_url):
     finally:
         engine.dispose()
     assert diff == [], diff
-    assert checks == 3
+    assert checks == 4
 
 
 def test_comparison_detects_a_missing_index(sqlite_url):

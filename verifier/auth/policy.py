@@ -9,7 +9,8 @@ import yaml
 
 from verifier.ratelimit import RoleLimits
 
-ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all", "metrics.read"})
+ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all", "metrics.read",
+                     "providers.read", "providers.write", "keys.bundle"})
 
 
 class PolicyError(ValueError):

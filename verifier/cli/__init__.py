@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("verifier.cli.bench", "measure decode / generation throughput (prints one JSON line)"),
     "worker": ("verifier.cli.worker", "start a Celery decode worker (HERO_BROKER_URL, HERO_DATABASE_URL)"),
     "eval": ("verifier.cli.evaluate", "evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)"),
+    "providers": ("verifier.cli.providers", "register / list / revoke generation providers (sealed key bundles)"),
 }
 
 

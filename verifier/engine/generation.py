@@ -42,6 +42,68 @@ def make_warpers(temperature: float = 1.0, top_k: int | None = None, top_p: floa
     return warpers
 
 
+def make_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = "cpu") -> HeroSampler:
+    """The profile's sampler with every level's key table on `device`."""
+    if keyset.levels != profile.depth:
+        raise ValueError(f"generation needs all {profile.depth} levels' keys, got {keyset.levels}")
+    return HeroSampler(
+        profile.schedule,
+        profile.segments,
+        [list(t.entries) for t in keyset.tables],
+        keyset.position,
+        torch.device(device),
+        stride=profile.routing_stride,
+    )
+
+
+def watermark_marks(
+    profile: Profile, contexts: torch.Tensor, generated: Sequence[int], seen: Sequence[set[tuple[int, ...]]]
+) -> torch.Tensor:
+    """Which rows draw a watermarked token now ([B] bool on the CPU); records new continuation contexts.
+
+    Row i has generated `generated[i]` tokens so far; its context (last h ids) lies inside the
+    continuation once generated >= h. A context already in `seen[i]` is drawn without watermark (the
+    decoder skips repeats). Under spec v2 the first h tokens (contexts touching the prompt, which a
+    verifier never sees) are drawn with fresh randomness too; spec v1 marks them.
+    """
+    h = profile.context_width
+    mark = torch.ones(contexts.shape[0], dtype=torch.bool)
+    rows = None
+    for i, g in enumerate(generated):
+        if g < h:
+            mark[i] = profile.spec_version < 2
+            continue
+        if rows is None:
+            rows = contexts.tolist()
+        key = tuple(rows[i])
+        if key in seen[i]:
+            mark[i] = False
+        else:
+            seen[i].add(key)
+    return mark
+
+
+def watermark_step(
+    sampler: HeroSampler,
+    profile: Profile,
+    logits: torch.Tensor,
+    contexts: torch.Tensor,
+    payload: torch.Tensor,
+    generated: Sequence[int],
+    seen: Sequence[set[tuple[int, ...]]],
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One sampling step for a batch: the token ids [B] (int64, on the sampler's device).
+
+    logits [B, V]: the warped scores (temperature/top-k/top-p already applied); contexts [B, h] int64:
+    each row's last h token ids; payload [B, K, L] int64 (`encode_payload` per row); generated / seen:
+    per-row state (see `watermark_marks`). The one implementation of the step: `HeroLogitsProcessor`
+    and the provider SDK both call it.
+    """
+    mark = watermark_marks(profile, contexts, generated, seen)
+    return sampler.sample(logits, contexts, payload, mark.to(logits.device), generator)
+
+
 class HeroLogitsProcessor(LogitsProcessor):
     """Watermarks every row of a `model.generate(do_sample=True)` batch with its own payload.
 
@@ -62,14 +124,7 @@ class HeroLogitsProcessor(LogitsProcessor):
             raise ValueError(f"generation needs all {profile.depth} levels' keys, got {keyset.levels}")
         self.profile = profile
         self.device = torch.device(device)
-        self.sampler = HeroSampler(
-            profile.schedule,
-            profile.segments,
-            [list(t.entries) for t in keyset.tables],
-            keyset.position,
-            self.device,
-            stride=profile.routing_stride,
-        )
+        self.sampler = make_sampler(profile, keyset, self.device)
         self.payload = torch.tensor(
             [encode_payload(profile, p) for p in payloads], dtype=torch.int64, device=self.device
         )
@@ -92,19 +147,9 @@ class HeroLogitsProcessor(LogitsProcessor):
         h = self.profile.context_width
         warped = self.warpers(input_ids, scores)
         context = input_ids[:, -h:].to(self.device)
-        generated = s - self.prompt_length
-        mark = torch.ones(b, dtype=torch.bool)
-        if generated < h and self.profile.spec_version >= 2:
-            mark[:] = False  # spec v2: contexts touching the prompt are never scored, so never marked
-        elif generated >= h:  # context lies inside the continuation: the decoder sees it too
-            for i, row in enumerate(context.tolist()):
-                key = tuple(row)
-                if key in self.seen[i]:
-                    mark[i] = False
-                else:
-                    self.seen[i].add(key)
-        tokens = self.sampler.sample(
-            warped.to(self.device), context, self.payload, mark.to(self.device), self.generator
+        tokens = watermark_step(
+            self.sampler, self.profile, warped.to(self.device), context, self.payload,
+            [s - self.prompt_length] * b, self.seen, self.generator,
         )
         # In place (as HF's own processors do): no fresh [B, V] allocation per step.
         return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)

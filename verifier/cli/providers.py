@@ -1,0 +1,49 @@
+"""`hero providers add|list|revoke`: the provider registry (public keys only). Audited as the OS user, role `cli`."""
+
+from __future__ import annotations
+
+import argparse
+
+from verifier.cli.common import cli_actor, cli_settings, emit, open_database
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("providers", help="register / list / revoke generation providers (sealed key bundles)")
+    ps = p.add_subparsers(dest="providers_command", required=True)
+    add = ps.add_parser("add", help="register a provider and its X25519 public key")
+    add.add_argument("--id", required=True, dest="provider_id", help="provider id (the sub of its tokens)")
+    add.add_argument("--public-key", required=True, help="base64 of the raw 32-byte X25519 public key")
+    add.add_argument("--expires-at", default=None, help="ISO-8601 time after which bundle requests are refused")
+    add.set_defaults(handler=cmd_add)
+    ls = ps.add_parser("list", help="list providers (public keys and status)")
+    ls.set_defaults(handler=cmd_list)
+    rev = ps.add_parser("revoke", help="refuse the provider's bundle requests from now on")
+    rev.add_argument("--id", required=True, dest="provider_id")
+    rev.set_defaults(handler=cmd_revoke)
+
+
+def cmd_add(args: argparse.Namespace) -> None:
+    from datetime import datetime
+
+    from verifier.providers.service import provider_meta, register
+
+    expires = None
+    if args.expires_at:
+        try:
+            expires = datetime.fromisoformat(args.expires_at.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError("--expires-at must be an ISO-8601 time") from None
+    row = register(open_database(cli_settings(args)), args.provider_id, args.public_key, cli_actor(), expires)
+    emit(provider_meta(row))
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    from verifier.providers.service import list_providers, provider_meta
+
+    emit({"providers": [provider_meta(r) for r in list_providers(open_database(cli_settings(args)))]})
+
+
+def cmd_revoke(args: argparse.Namespace) -> None:
+    from verifier.providers.service import provider_meta, revoke
+
+    emit(provider_meta(revoke(open_database(cli_settings(args)), args.provider_id, cli_actor())))

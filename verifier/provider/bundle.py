@@ -1,0 +1,306 @@
+"""Sealed generation-key bundles (format `hero-bundle-1`, docs/providers.md): one module for both sides.
+
+The service seals the active key table of every level to a provider's registered X25519 public key; the
+provider opens it with its private key. HPKE-style single-shot sealing (RFC 9180 base mode in spirit):
+
+    enc    = ephemeral X25519 public key (32 bytes)
+    key    = HKDF-SHA256(ikm = X25519(eph, pkR), salt = enc || pkR, info = "HeRo generation bundle v1", L = 32)
+    bundle = "HRB1" || u32be(len(header)) || header || enc || nonce(12) || AES-256-GCM(key, nonce, tables, aad)
+    aad    = every byte before the ciphertext (magic, header, enc, nonce): the header cannot be altered
+
+The header (canonical JSON) names the profile (its full definition), key versions, bundle id, provider,
+issue and expiry times and the ETag. Opened tables live in memory only; nothing here logs or prints them.
+No FastAPI, SQLAlchemy or settings import: providers install this without the service.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from verifier.engine.keys import KEY_BYTES, KeySet, KeyTable
+from verifier.engine.profile import Profile, ProfileError, profile_from_dict
+
+MAGIC = b"HRB1"
+FORMAT = "hero-bundle-1"
+ALG = "X25519-HKDF-SHA256-AES256GCM"
+HKDF_INFO = b"HeRo generation bundle v1"
+NONCE_BYTES = 12
+X25519_BYTES = 32
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class BundleError(ValueError):
+    """The bundle cannot be used: malformed, not for this key, tampered with, or inconsistent."""
+
+
+class BundleExpired(BundleError):
+    """The bundle's `expires_at` has passed: fetch a fresh one."""
+
+
+def _b64decode(data: str | bytes) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise BundleError("bundle is not valid base64") from None
+
+
+def generate_keypair() -> tuple[bytes, bytes]:
+    """A provider's (private, public) raw 32-byte X25519 key pair; register the public half (base64)."""
+    sk = X25519PrivateKey.generate()
+    return _raw_private(sk), _raw_public(sk.public_key())
+
+
+def public_key_of(private_key: bytes) -> bytes:
+    return _raw_public(_private(private_key).public_key())
+
+
+def _raw_private(sk: X25519PrivateKey) -> bytes:
+    return sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+
+
+def _raw_public(pk: X25519PublicKey) -> bytes:
+    return pk.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def _private(raw: bytes) -> X25519PrivateKey:
+    if not isinstance(raw, bytes | bytearray) or len(raw) != X25519_BYTES:
+        raise BundleError("private key must be the raw 32-byte X25519 private key")
+    return X25519PrivateKey.from_private_bytes(bytes(raw))
+
+
+def parse_public_key(data: str | bytes) -> bytes:
+    """Raw 32-byte X25519 public key from base64 (or raw bytes); rejects keys no exchange can use."""
+    raw = data if isinstance(data, bytes) and len(data) == X25519_BYTES else None
+    if raw is None:
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise BundleError("public_key must be base64 of the raw 32-byte X25519 public key") from None
+    if len(raw) != X25519_BYTES:
+        raise BundleError("public_key must be base64 of the raw 32-byte X25519 public key")
+    try:  # a low-order point gives an all-zero shared secret: OpenSSL refuses it
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(raw))
+    except ValueError:
+        raise BundleError("public_key is not a usable X25519 public key") from None
+    return raw
+
+
+def _derive_key(shared: bytes, enc: bytes, recipient: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=enc + recipient, info=HKDF_INFO).derive(shared)
+
+
+def canonical_header(header: Mapping[str, Any]) -> bytes:
+    return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+# -- plaintext: the key tables --------------------------------------------------------------------
+def encode_tables(keyset: KeySet) -> bytes:
+    """u8 L, then per level: u8 level, u8 len(version), version, u32be n, n x 16-byte keys, u8 has_position,
+    [16-byte position key]."""
+    out = bytearray([keyset.levels])
+    for t in keyset.tables:
+        v = t.version.encode("ascii")
+        out += struct.pack(">BB", t.level, len(v)) + v + struct.pack(">I", len(t.entries))
+        for e in t.entries:
+            if len(e) != KEY_BYTES:
+                raise BundleError("key table entry has the wrong length")
+            out += e
+        out += b"\x01" + t.position if t.position is not None else b"\x00"
+    return bytes(out)
+
+
+def decode_tables(data: bytes) -> KeySet:
+    try:
+        n_levels = data[0]
+        i = 1
+        tables = []
+        for _ in range(n_levels):
+            level, vlen = struct.unpack_from(">BB", data, i)
+            i += 2
+            version = data[i : i + vlen].decode("ascii")
+            i += vlen
+            (n,) = struct.unpack_from(">I", data, i)
+            i += 4
+            blob = data[i : i + n * KEY_BYTES]
+            if len(blob) != n * KEY_BYTES:
+                raise BundleError("bundle key table is truncated")
+            entries = tuple(blob[j : j + KEY_BYTES] for j in range(0, len(blob), KEY_BYTES))
+            i += n * KEY_BYTES
+            has_pos = data[i]
+            i += 1
+            position = None
+            if has_pos:
+                position = data[i : i + KEY_BYTES]
+                if len(position) != KEY_BYTES:
+                    raise BundleError("bundle position key is truncated")
+                i += KEY_BYTES
+            tables.append(KeyTable(level, version, entries, position))
+    except (IndexError, struct.error, UnicodeDecodeError):
+        raise BundleError("bundle key tables are malformed") from None
+    if i != len(data):
+        raise BundleError("bundle key tables have trailing bytes")
+    return KeySet(tuple(tables))
+
+
+# -- sealing -------------------------------------------------------------------------------------
+def seal_bundle(
+    header: Mapping[str, Any],
+    keyset: KeySet,
+    recipient_public: bytes,
+    *,
+    ephemeral_private: bytes | None = None,
+    nonce: bytes | None = None,
+) -> bytes:
+    """The sealed bundle bytes. `ephemeral_private` / `nonce` are for test vectors only (fresh otherwise)."""
+    eph = _private(ephemeral_private) if ephemeral_private is not None else X25519PrivateKey.generate()
+    nonce = nonce if nonce is not None else os.urandom(NONCE_BYTES)
+    if len(nonce) != NONCE_BYTES:
+        raise BundleError("nonce must be 12 bytes")
+    recipient = parse_public_key(recipient_public)
+    enc = _raw_public(eph.public_key())
+    key = _derive_key(eph.exchange(X25519PublicKey.from_public_bytes(recipient)), enc, recipient)
+    hdr = canonical_header({**header, "format": FORMAT, "alg": ALG})
+    if len(hdr) > MAX_HEADER_BYTES:
+        raise BundleError("bundle header is too large")
+    prefix = MAGIC + struct.pack(">I", len(hdr)) + hdr + enc + nonce
+    return prefix + AESGCM(key).encrypt(nonce, encode_tables(keyset), prefix)
+
+
+def read_header(bundle: str | bytes) -> dict[str, Any]:
+    """The header, unauthenticated (for routing and display): trust it only after `open_bundle`."""
+    return _split(_as_bytes(bundle))[0]
+
+
+def _as_bytes(bundle: str | bytes) -> bytes:
+    if isinstance(bundle, str):
+        return _b64decode(bundle)
+    if isinstance(bundle, bytes | bytearray) and bytes(bundle[:4]) == MAGIC:
+        return bytes(bundle)
+    if isinstance(bundle, bytes | bytearray):
+        return _b64decode(bytes(bundle))
+    raise BundleError("bundle must be the base64 string or the raw bytes")
+
+
+def _split(raw: bytes) -> tuple[dict[str, Any], bytes, bytes, bytes, bytes]:
+    if raw[:4] != MAGIC or len(raw) < 8:
+        raise BundleError("not a HeRo generation bundle (bad magic)")
+    (hlen,) = struct.unpack_from(">I", raw, 4)
+    if hlen > MAX_HEADER_BYTES or len(raw) < 8 + hlen + X25519_BYTES + NONCE_BYTES + 16:
+        raise BundleError("bundle is truncated")
+    hdr = raw[8 : 8 + hlen]
+    try:
+        header = json.loads(hdr)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BundleError("bundle header is not JSON") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("alg") != ALG:
+        raise BundleError(f"unsupported bundle format (expected {FORMAT}, {ALG})")
+    i = 8 + hlen
+    enc = raw[i : i + X25519_BYTES]
+    nonce = raw[i + X25519_BYTES : i + X25519_BYTES + NONCE_BYTES]
+    split = i + X25519_BYTES + NONCE_BYTES
+    return header, enc, nonce, raw[:split], raw[split:]
+
+
+def _parse_time(value: Any, name: str) -> datetime:
+    try:
+        t = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise BundleError(f"bundle header {name} is not an ISO-8601 time") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, repr=False)
+class GenerationBundle:
+    """An opened bundle: the profile, every level's active key table (memory only) and its metadata."""
+
+    profile: Profile
+    keyset: KeySet
+    key_versions: dict[int, str]
+    bundle_id: str
+    provider_id: str
+    etag: str
+    issued_at: datetime
+    expires_at: datetime
+    header: dict[str, Any]
+
+    def __repr__(self) -> str:  # never the key bytes
+        return (f"GenerationBundle(id={self.bundle_id!r}, profile={self.profile.name!r}, "
+                f"versions={self.key_versions}, expires_at={self.expires_at.isoformat()})")
+
+    __str__ = __repr__
+
+    def expired(self, now: datetime | None = None) -> bool:
+        return (now or datetime.now(UTC)) >= self.expires_at
+
+
+def open_bundle(
+    bundle: str | bytes, private_key: bytes, *, now: datetime | None = None, allow_expired: bool = False
+) -> GenerationBundle:
+    """Open a sealed bundle with the provider's raw 32-byte X25519 private key.
+
+    Raises BundleError on a wrong key or any altered byte (header included: it is the AEAD's associated
+    data), on tables that do not match the header's profile and versions, and BundleExpired after
+    `expires_at` (unless `allow_expired`).
+    """
+    raw = _as_bytes(bundle)
+    header, enc, nonce, aad, ciphertext = _split(raw)
+    sk = _private(private_key)
+    recipient = _raw_public(sk.public_key())
+    try:
+        key = _derive_key(sk.exchange(X25519PublicKey.from_public_bytes(enc)), enc, recipient)
+        plaintext = AESGCM(key).decrypt(nonce, ciphertext, aad)
+    except (InvalidTag, ValueError):
+        raise BundleError("bundle does not open: wrong private key, or the bundle was altered") from None
+    try:
+        profile = profile_from_dict(header["profile"])
+    except (KeyError, TypeError, ProfileError) as exc:
+        raise BundleError(f"bundle profile is invalid ({exc.__class__.__name__})") from None
+    keyset = decode_tables(plaintext)
+    versions = _check_tables(profile, keyset, header.get("key_versions"))
+    bundle_obj = GenerationBundle(
+        profile=profile,
+        keyset=keyset,
+        key_versions=versions,
+        bundle_id=str(header.get("bundle_id", "")),
+        provider_id=str(header.get("provider_id", "")),
+        etag=str(header.get("etag", "")),
+        issued_at=_parse_time(header.get("issued_at"), "issued_at"),
+        expires_at=_parse_time(header.get("expires_at"), "expires_at"),
+        header=header,
+    )
+    if not allow_expired and bundle_obj.expired(now):
+        raise BundleExpired(f"bundle {bundle_obj.bundle_id} expired at {bundle_obj.expires_at.isoformat()}")
+    return bundle_obj
+
+
+def _check_tables(profile: Profile, keyset: KeySet, declared: Any) -> dict[int, str]:
+    """Every level 1..L once, in order, with the table size the profile's spec version needs."""
+    if [t.level for t in keyset.tables] != list(range(1, profile.depth + 1)):
+        raise BundleError(f"bundle must hold levels 1..{profile.depth} of profile {profile.name!r}")
+    for t, lv in zip(keyset.tables, profile.levels, strict=True):
+        if len(t.entries) != 1 << lv.key_bits:
+            raise BundleError(f"level {t.level} table has {len(t.entries)} keys; the profile needs {1 << lv.key_bits}")
+        if (t.level == 1) != (t.position is not None):
+            raise BundleError("only level 1 carries the position key")
+    versions = {t.level: t.version for t in keyset.tables}
+    try:
+        named = {int(k): v for k, v in declared.items()} if isinstance(declared, dict) else None
+    except ValueError:
+        named = None
+    if named != versions:
+        raise BundleError("bundle header key_versions do not match its tables")
+    return versions

@@ -1,0 +1,162 @@
+"""Generating from an opened bundle: a `transformers` helper and the engine-neutral sampler step.
+
+Everything here delegates to `verifier.engine.generation` (the code `hero generate` runs): the provider SDK
+adds only bookkeeping around it, never its own sampling math.
+
+Integration point for other engines (vLLM, SGLang, llama.cpp): `BundleSampler.step`.
+
+    logits    [B, V] float tensor (any float dtype; the sampler computes in float32), the model's scores
+              after your temperature / top-k / top-p (the watermark keeps that distribution exactly);
+              V must equal the profile's vocab_size.
+    contexts  [B, h] int64: the last h = profile.context_width token ids of each row (prompt included).
+    payloads  [B, K, L] int64 from `BundleSampler.payload(fields)`, one per request (cache it per request).
+    states    one `RequestState` per row, kept with the request for its whole life (continuous batching:
+              rows may be at different steps; pass each request's own state every step).
+    returns   [B] int64 token ids on the sampler's device; force them (e.g. one-hot the logits row).
+
+The sampler's tensors live on the device given at construction; pass logits on the same device.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from verifier.engine.generation import (
+    Generation,
+    HeroLogitsProcessor,
+    generate_watermarked,
+    make_sampler,
+    make_warpers,
+    watermark_step,
+)
+from verifier.engine.payload import encode_payload
+from verifier.lm import load_model
+from verifier.provider.bundle import GenerationBundle
+
+__all__ = ["BundleSampler", "ProviderGeneration", "RequestState", "generate", "load_model", "logits_processor",
+           "new_generator"]
+
+
+@dataclass
+class RequestState:
+    """Per-request state of the watermark: tokens drawn so far and the continuation contexts seen."""
+
+    generated: int = 0
+    seen: set[tuple[int, ...]] = field(default_factory=set)
+
+
+class BundleSampler:
+    """The watermark sampler of one opened bundle on one device (build once per bundle, share across requests)."""
+
+    def __init__(self, bundle: GenerationBundle, device: str | torch.device = "cpu") -> None:
+        self.bundle = bundle
+        self.profile = bundle.profile
+        self.device = torch.device(device)
+        self._sampler = make_sampler(bundle.profile, bundle.keyset, self.device)
+
+    def __repr__(self) -> str:
+        return f"BundleSampler({self.bundle!r}, device={self.device})"
+
+    @property
+    def key_versions(self) -> dict[int, str]:
+        return dict(self.bundle.key_versions)
+
+    @property
+    def context_width(self) -> int:
+        return self.profile.context_width
+
+    def payload(self, fields: Mapping[str, int]) -> torch.Tensor:
+        """[K, L] int64 payload of one request; fields by name, validated against the profile (PayloadError)."""
+        return torch.tensor(encode_payload(self.profile, fields), dtype=torch.int64, device=self.device)
+
+    def step(
+        self,
+        logits: torch.Tensor,
+        contexts: torch.Tensor,
+        payloads: torch.Tensor,
+        states: Sequence[RequestState],
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """One watermarked token per row (see the module docstring for shapes); advances each state."""
+        b, v = logits.shape
+        if v != self.profile.vocab_size:
+            raise ValueError(f"logits have {v} columns but the profile's vocab_size is {self.profile.vocab_size}")
+        if contexts.shape != (b, self.profile.context_width) or payloads.shape[0] != b or len(states) != b:
+            raise ValueError("contexts [B, h], payloads [B, K, L] and states must match the logits' B rows")
+        tokens = watermark_step(
+            self._sampler, self.profile, logits.to(self.device), contexts.to(self.device, torch.int64),
+            payloads.to(self.device), [st.generated for st in states], [st.seen for st in states], generator,
+        )
+        for st in states:
+            st.generated += 1
+        return tokens
+
+
+def new_generator(device: str | torch.device = "cpu") -> torch.Generator:
+    """A generator seeded from the OS CSPRNG (fresh randomness for unmarked tokens)."""
+    g = torch.Generator(device=torch.device(device))
+    g.manual_seed(secrets.randbits(63))
+    return g
+
+
+def logits_processor(
+    bundle: GenerationBundle,
+    payloads: Sequence[Mapping[str, int]],
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    device: str | torch.device = "cpu",
+    generator: torch.Generator | None = None,
+) -> HeroLogitsProcessor:
+    """A `LogitsProcessor` for `model.generate(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, ...)`,
+    one payload per batch row; it applies the given warpers itself. One processor per `generate` call."""
+    return HeroLogitsProcessor(bundle.profile, bundle.keyset, payloads, make_warpers(temperature, top_k, top_p),
+                               device=device, generator=generator)
+
+
+@dataclass
+class ProviderGeneration:
+    """A watermarked continuation and the key versions (and bundle) it was made with."""
+
+    text: str
+    token_ids: list[int]
+    prompt: str
+    payload: dict[str, int]
+    key_versions: dict[int, str]
+    bundle_id: str
+
+
+def generate(
+    model,
+    tokenizer,
+    bundle: GenerationBundle,
+    prompts: Sequence[str],
+    payloads: Sequence[Mapping[str, int]],
+    *,
+    max_new_tokens: int = 200,
+    min_new_tokens: int = 0,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    on_step: Callable[[], None] | None = None,
+) -> list[ProviderGeneration]:
+    """Batched watermarked generation with `transformers` (what `hero generate` does, keys from the bundle)."""
+    if len(prompts) != len(payloads):
+        raise ValueError("one payload per prompt")
+    for p in payloads:
+        encode_payload(bundle.profile, p)  # validate before generating
+    gens: list[Generation] = generate_watermarked(
+        model, tokenizer, prompts, payloads, bundle.profile, bundle.keyset, max_new_tokens=max_new_tokens,
+        min_new_tokens=min_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+        on_step=on_step,
+    )
+    return [
+        ProviderGeneration(g.text, g.token_ids, g.prompt, dict(p), dict(bundle.key_versions), bundle.bundle_id)
+        for g, p in zip(gens, payloads, strict=True)
+    ]

@@ -1,0 +1,23 @@
+"""ORM row of a registered provider: its X25519 public key (public data) and lifecycle."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import CheckConstraint, DateTime, LargeBinary, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from verifier.db import Base
+
+
+class ProviderRow(Base):
+    __tablename__ = "hero_providers"
+    __table_args__ = (CheckConstraint("status IN ('active', 'revoked')", name="ck_hero_providers_status"),)
+
+    provider_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    public_key: Mapped[bytes] = mapped_column(LargeBinary(32), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_by: Mapped[str] = mapped_column(String(256), nullable=False)
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

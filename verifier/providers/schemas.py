@@ -1,0 +1,47 @@
+"""Provider API schemas: public data only (the bundle is ciphertext sealed to the provider's key)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from verifier.audit.schemas import ReceiptOut
+
+
+class ProviderIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provider_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+                             description="the `sub` of the provider's tokens")
+    public_key: str = Field(min_length=1, max_length=128,
+                            description="base64 of the raw 32-byte X25519 public key bundles are sealed to")
+    expires_at: datetime | None = Field(default=None, description="after this, bundle requests get 403")
+
+
+class ProviderOut(BaseModel):
+    provider_id: str
+    public_key: str
+    status: str = Field(description="active | revoked")
+    created_at: str | None
+    created_by: str
+    expires_at: str | None
+    revoked_at: str | None
+
+
+class ProviderListOut(BaseModel):
+    providers: list[ProviderOut]
+
+
+class BundleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    profile: str | None = Field(default=None, max_length=64, description="the service's profile (default: it)")
+
+
+class BundleOut(BaseModel):
+    bundle: str = Field(description="base64 of the sealed bundle (format hero-bundle-1, docs/providers.md)")
+    etag: str = Field(description="send back as If-None-Match: 304 while the key set is unchanged")
+    bundle_id: str
+    profile: str
+    key_versions: dict[str, str] = Field(description="active version per level, e.g. {'1': 'l1-v2'}")
+    expires_at: str
+    receipt: ReceiptOut | None = Field(default=None, description="transparency-log receipt of the issuance")

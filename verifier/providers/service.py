@@ -1,0 +1,226 @@
+"""Provider registry and generation-key bundles.
+
+An admin registers a provider (id + X25519 public key); the provider, authenticated as role `provider` with
+`sub` = its id, receives the active key table of every level sealed to that key (`verifier.provider.bundle`).
+Each registration, revocation and bundle issuance commits with its audit event; a bundle is returned only
+after its audit event (and transparency receipt) is durable. Key material never reaches a log line, an
+exception, the database or a response in clear: the service derives the tables, seals them, and drops them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.exc import IntegrityError
+
+from verifier.audit.service import Actor, AuditEvent, append_or_fail, record_with_receipts
+from verifier.db import Database
+from verifier.engine.profile import Profile
+from verifier.errors import Conflict, Forbidden, InvalidInput, NotFound
+from verifier.keys.decodable import iso
+from verifier.keys.service import DbKeyStore
+from verifier.provider.bundle import BundleError, canonical_header, parse_public_key, seal_bundle
+from verifier.providers import repository as repo
+from verifier.providers.models import ProviderRow
+
+log = logging.getLogger("hero.providers")
+
+PROVIDER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+DEFAULT_BUNDLE_TTL = timedelta(hours=24)
+MAX_REGISTRATION = timedelta(days=36525)
+
+
+class ProviderForbidden(Forbidden):
+    """Unknown, revoked or expired provider: one fixed message (no registry probing)."""
+
+    public_detail = "not an active registered provider"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _aware(t: datetime | None) -> datetime | None:
+    return t if t is None or t.tzinfo else t.replace(tzinfo=UTC)  # SQLite returns naive UTC
+
+
+def provider_meta(row: ProviderRow) -> dict[str, object]:
+    """What the registry shows: public data only."""
+    import base64
+
+    return {
+        "provider_id": row.provider_id,
+        "public_key": base64.b64encode(row.public_key).decode(),
+        "status": row.status,
+        "created_at": iso(row.created_at),
+        "created_by": row.created_by,
+        "expires_at": iso(row.expires_at),
+        "revoked_at": iso(row.revoked_at),
+    }
+
+
+def _event(actor: Actor, action: str, detail: str, levels=(), key_version: str | None = None) -> AuditEvent:
+    return AuditEvent(action, actor.subject, actor.role, actor.jti, list(levels), key_version, None, "ok", detail)
+
+
+def register(
+    db: Database, provider_id: str, public_key: str, actor: Actor, expires_at: datetime | None = None
+) -> ProviderRow:
+    if not PROVIDER_ID_RE.match(provider_id or ""):
+        raise InvalidInput(f"provider_id must match {PROVIDER_ID_RE.pattern}")
+    try:
+        raw = parse_public_key(public_key)
+    except BundleError as exc:
+        raise InvalidInput(str(exc)) from None
+    now = _now()
+    if expires_at is not None:
+        try:
+            expires_at = _aware(expires_at).astimezone(UTC)  # type: ignore[union-attr]
+        except (OverflowError, ValueError):
+            raise InvalidInput("expires_at is out of range") from None
+        if not now < expires_at <= now + MAX_REGISTRATION:
+            raise InvalidInput("expires_at must be in the future, within 100 years")
+    try:
+        with db.session() as s:
+            if repo.get(s, provider_id) is not None:
+                raise Conflict(f"provider {provider_id!r} is already registered")
+            row = ProviderRow(provider_id=provider_id, public_key=raw, status="active", created_at=now,
+                              created_by=actor.subject[:256], expires_at=expires_at)
+            s.add(row)
+            s.flush()
+            fpr = hashlib.sha256(raw).hexdigest()[:16]
+            append_or_fail(s, [_event(actor, "providers.add", f"provider {provider_id} key sha256:{fpr}")])
+    except IntegrityError:
+        raise Conflict(f"provider {provider_id!r} is already registered") from None
+    log.info("provider registered", extra={"provider_id": provider_id})
+    return row
+
+
+def list_providers(db: Database) -> list[ProviderRow]:
+    with db.session() as s:
+        return repo.list_all(s)
+
+
+def revoke(db: Database, provider_id: str, actor: Actor) -> ProviderRow:
+    """Refuse every later bundle request of the provider (bundles already issued live until they expire:
+    rotate the keys to cut them off, docs/providers.md)."""
+    with db.session() as s:
+        row = repo.get(s, provider_id, for_update=True)
+        if row is None:
+            raise NotFound(f"no provider {provider_id!r}")
+        if row.status != "revoked":
+            row.status = "revoked"
+            row.revoked_at = _now()
+        append_or_fail(s, [_event(actor, "providers.revoke", f"provider {provider_id}")])
+    log.info("provider revoked", extra={"provider_id": provider_id})
+    return row
+
+
+@dataclass(frozen=True)
+class BundleIssue:
+    """A sealed bundle ready to send (`bundle` is ciphertext: only the provider's private key opens it)."""
+
+    bundle: bytes
+    bundle_id: str
+    etag: str
+    key_versions: dict[str, str]
+    expires_at: datetime
+    receipt: dict | None
+
+    def __repr__(self) -> str:
+        return f"BundleIssue(id={self.bundle_id!r}, etag={self.etag!r}, versions={self.key_versions})"
+
+
+def active_provider(db: Database, provider_id: str) -> ProviderRow:
+    with db.session() as s:
+        row = repo.get(s, provider_id)
+    now = datetime.now(UTC)
+    if row is None or row.status != "active" or (row.expires_at is not None and _aware(row.expires_at) <= now):
+        raise ProviderForbidden(f"provider {provider_id!r} is unknown, revoked or expired")
+    return row
+
+
+def active_versions(store: DbKeyStore, profile: Profile) -> dict[str, str]:
+    """Active version per level (metadata only: no decryption)."""
+    rows = store.version_rows(profile)
+    out: dict[str, str] = {}
+    for lv in range(1, profile.depth + 1):
+        active = [r.version for r in rows if r.level == lv and r.status == "active"]
+        if not active:
+            raise Conflict(f"no active key for level {lv} of profile {profile.name!r}; initialise the keys first")
+        out[str(lv)] = active[-1]
+    return out
+
+
+def bundle_etag(provider: ProviderRow, profile: Profile, versions: dict[str, str]) -> str:
+    """Stable while the provider's key and the active versions stay: a poll with it answers 304."""
+    material = canonical_header({
+        "provider_id": provider.provider_id, "public_key": provider.public_key.hex(),
+        "profile": profile.to_dict(), "key_versions": versions,
+    })
+    return hashlib.sha256(material).hexdigest()[:32]
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = [t.strip().removeprefix("W/").strip('"') for t in if_none_match.split(",")]
+    return etag in tags or "*" in tags
+
+
+def issue_bundle(
+    db: Database,
+    store: DbKeyStore,
+    profile: Profile,
+    actor: Actor,
+    *,
+    if_none_match: str | None = None,
+    ttl: timedelta = DEFAULT_BUNDLE_TTL,
+    signer=None,
+    interval_s: float = 0.0,
+) -> BundleIssue | str:
+    """The sealed bundle for the provider `actor.subject`, or its ETag alone when `if_none_match` matches.
+
+    Order: provider check (403 before any key is touched), ETag from metadata (304 without decrypting),
+    tables derived and sealed, audit event + receipt committed, then returned. No audit, no bundle.
+    """
+    provider = active_provider(db, actor.subject)
+    versions = active_versions(store, profile)
+    etag = bundle_etag(provider, profile, versions)
+    if etag_matches(if_none_match, etag):
+        return etag
+    keyset = store.active_keyset(profile)
+    versions = {str(t.level): t.version for t in keyset.tables}  # what was really read (a rotation may race)
+    etag = bundle_etag(provider, profile, versions)
+    now = _now()
+    expires_at = now + ttl
+    if provider.expires_at is not None:
+        expires_at = min(expires_at, _aware(provider.expires_at))  # type: ignore[type-var]
+    bundle_id = uuid.uuid4().hex
+    header = {
+        "bundle_id": bundle_id, "provider_id": provider.provider_id, "profile": profile.to_dict(),
+        "key_versions": versions, "issued_at": now.isoformat(), "expires_at": expires_at.isoformat(), "etag": etag,
+    }
+    sealed = seal_bundle(header, keyset, provider.public_key)
+    del keyset
+    event = _event(
+        actor, "keys.bundle",
+        f"bundle {bundle_id} provider {provider.provider_id} profile {profile.name} etag {etag} "
+        f"expires {expires_at.isoformat()}",
+        levels=range(1, profile.depth + 1), key_version=",".join(versions.values())[:64],
+    )
+    if signer is None:
+        from verifier.audit.service import record
+
+        record(db, [event])
+        receipt = None
+    else:
+        (receipt,) = record_with_receipts(db, [event], signer, interval_s)
+    log.info("generation bundle issued",
+             extra={"provider_id": provider.provider_id, "bundle_id": bundle_id, "versions": versions})
+    return BundleIssue(sealed, bundle_id, etag, versions, expires_at, receipt)

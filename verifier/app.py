@@ -199,5 +199,9 @@ def create_app(
     return app
 
 
-def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env
-    return create_app(get_settings())
+def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env (also each `hero serve --workers N`)
+    """The app from the environment, its tokenizer loaded now: a worker's first request must not pay for it."""
+    app = create_app(get_settings())
+    ctx = app.state.ctx
+    ctx.tokenizers(ctx.profile.tokenizer)
+    return app

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.helpers.postgres import REQUIRE, schema_url
 from tests.helpers.service import Service, service_factory
 
 
@@ -24,3 +25,16 @@ def svc(db_url, make_service) -> Service:
 def lite(sqlite_url, make_service) -> Service:
     """Service on SQLite only (for tests independent of the backend)."""
     return make_service(sqlite_url)
+
+
+@pytest.fixture
+def e2e(pg_reason, tmp_path, make_service) -> Iterator[Service]:
+    """One service for an end-to-end test: the real PostgreSQL when present (required in CI), else SQLite."""
+    if pg_reason is None or REQUIRE:
+        gen = schema_url(pg_reason)
+        svc = make_service(next(gen))
+        yield svc
+        svc.ctx.db.dispose()
+        gen.close()
+    else:
+        yield make_service(f"sqlite:///{tmp_path / 'e2e.db'}")

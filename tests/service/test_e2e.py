@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.postgres import REQUIRE, schema_url
 from verifier.engine.generation import generate_watermarked
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -23,18 +22,6 @@ MAX_NEW_TOKENS = 96
 # Payload recovery from ~100 tokens is probabilistic (engine property): detection and key versions are
 # asserted for every text, exact private-field recovery for most of them. SmolLM2-135M sometimes loops;
 # repeated contexts carry no watermark, so of 4 generations the 2 least repetitive are used.
-
-
-@pytest.fixture
-def e2e(pg_reason, tmp_path, make_service):
-    if pg_reason is None or REQUIRE:
-        gen = schema_url(pg_reason)
-        svc = make_service(next(gen))
-        yield svc
-        svc.ctx.db.dispose()
-        gen.close()
-    else:
-        yield make_service(f"sqlite:///{tmp_path / 'e2e.db'}")
 
 
 def _generate(svc, smollm2, payloads):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.postgres import REQUIRE, schema_url
 from verifier.provider import BundleSource, generate_keypair
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -23,18 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "provider" / "generate_from_bundle.py"
 TOKENS = 80
 PROMPTS = ["The history of the printing press", "A short guide to growing tomatoes"]
-
-
-@pytest.fixture
-def e2e(pg_reason, tmp_path, make_service):
-    if pg_reason is None or REQUIRE:
-        gen = schema_url(pg_reason)
-        svc = make_service(next(gen))
-        yield svc
-        svc.ctx.db.dispose()
-        gen.close()
-    else:
-        yield make_service(f"sqlite:///{tmp_path / 'e2e.db'}")
 
 
 def _provider_process(tmp_path: Path, bundle_b64: str, key_file: Path, payloads: list[dict]) -> dict:

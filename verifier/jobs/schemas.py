@@ -23,7 +23,9 @@ class Progress(BaseModel):
     done: int = Field(description="texts decoded and stored so far")
 
 
-class JobSummary(BaseModel):
+class JobState(BaseModel):
+    """What every view of a job shows: where it stands."""
+
     job_id: str
     status: str = Field(description="queued | running | done | failed")
     progress: Progress = Field(description="texts done out of the total")
@@ -31,6 +33,9 @@ class JobSummary(BaseModel):
     created_at: str | None = Field(description="ISO-8601 UTC")
     updated_at: str | None = Field(description="ISO-8601 UTC")
     error: str | None = Field(description="why the job failed, in words")
+
+
+class JobSummary(JobState):
     subject: str = Field(description="the submitting token's subject")
     role: str = Field(description="the submitting token's role")
 
@@ -40,14 +45,7 @@ class JobListOut(BaseModel):
     next_offset: int | None = Field(description="offset of the next page; null on the last page")
 
 
-class JobOut(BaseModel):
-    job_id: str
-    status: str = Field(description="queued | running | done | failed")
-    progress: Progress = Field(description="texts done out of the total")
-    max_level: int = Field(description="deepest level decoded for this job")
-    created_at: str | None = Field(description="ISO-8601 UTC")
-    updated_at: str | None = Field(description="ISO-8601 UTC")
-    error: str | None = Field(description="why the job failed, in words")
+class JobOut(JobState):
     results: list[ResultOut] | None = Field(description="in input order, once status is done (as /v1/verify)")
     receipt: ReceiptOut | None = Field(
         default=None, description="transparency-log receipt of this read (`jobs.read` event), when results are released"

@@ -59,9 +59,11 @@ def section(results: dict) -> list[str]:
 
 def _intro(att: dict) -> list[str]:
     plan = att["plan"]
-    counts = sorted(set(plan.get("texts", {}).values())) or [plan["prompts"]]
-    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    short = " (**fewer than the 200 the issue asks for**: see the notes)" if counts[0] < 200 else ""
+    texts = plan.get("texts", {})
+    n = str(max(texts.values(), default=plan["prompts"]))
+    fewer = {k.split("@")[0]: v for k, v in texts.items() if v < 200}
+    short = (f" ({', '.join(f'{m}: {v}' for m, v in sorted(fewer.items()))}: **fewer than the 200 the issue asks "
+             "for**, see the notes)") if fewer else ""
     return [
         "## Attribution you can stand behind (issue 11, spec v2)\n",
         f"SmolLM2-135M, BBC prompts, {n} texts{short} of {plan['tokens']} new tokens per method and sampling "

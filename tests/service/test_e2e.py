@@ -68,13 +68,13 @@ def test_end_to_end(e2e, smollm2):
         assert "user" not in str(res)
 
     # Auditor: the private level too; detection and the private field are decoded.
-    hits = []
+    first = []
     for res, pay in zip(_verify(svc, "auditor", old), old_payloads, strict=True):
         assert res["watermarked"], res
         assert [lv["level"] for lv in res["levels"]] == [1, 2]
         assert set(res["levels"][0]["fields"]) == {"model"}
         assert set(res["levels"][1]["fields"]) == {"user"}
-        hits.append(_bits_right(res["levels"][1]["fields"].get("user"), pay["user"]))
+        first.append(res["levels"][1]["fields"]["user"])
         assert [lv["key_version"] for lv in res["levels"]] == ["l1-v1", "l2-v1"]
 
     # Rotate both levels; old text still decodes with its version, new text with the new one.
@@ -89,13 +89,19 @@ def test_end_to_end(e2e, smollm2):
     new_payloads = [{"model": 4095, "user": 12}, {"model": 2, "user": 2222}]
     new = _generate(svc, smollm2, new_payloads)
     both = _verify(svc, "auditor", old + new)
+    users = []
     for res, pay, v in zip(both, old_payloads + new_payloads, ["v1", "v1", "v2", "v2"], strict=True):
         assert res["watermarked"], res
         assert res["key_version"] == f"l1-{v}"
         assert [lv["key_version"] for lv in res["levels"]] == [f"l1-{v}", f"l2-{v}"]
-        hits.append(_bits_right(res["levels"][1]["fields"].get("user"), pay["user"]))
-    # 6 decodes x 12 private bits of ~96-token texts: well above chance (0.5), exactness is probabilistic.
-    assert sum(hits) / (12 * len(hits)) >= 0.8, hits
+        users.append((res["levels"][1]["fields"]["user"], pay["user"]))
+    # A released user is exact or absent (status `absent`, value null), never another user's. Whether a
+    # ~96-token text carries enough evidence is probabilistic (about 0.9 per text for these prompts; the
+    # evaluation measures it), so only a majority of exact values is required. Old texts decode the same
+    # before and after the rotation.
+    assert all(got in (None, want) for got, want in users), users
+    assert sum(got == want for got, want in users) >= 2, users
+    assert first == [got for got, _ in users[:2]], (first, users)
 
     # Destroy l1-v1 (needs confirmation): old text no longer decodes, and the response says why.
     r = svc.client.post("/v1/keys/1/versions/l1-v1/destroy", headers=admin, json={})
@@ -139,9 +145,3 @@ def test_end_to_end(e2e, smollm2):
     assert all(e["levels"] == [1] for e in verifies if e["role"] == "moderator")
     assert any(e["outcome"] == "undecodable" for e in verifies)
 
-
-def _bits_right(decoded: int | None, truth: int, bits: int = 12) -> int:
-    """How many of the field's bits were decoded correctly (an undecoded field scores 0)."""
-    if decoded is None:
-        return 0
-    return sum(((decoded >> i) & 1) == ((truth >> i) & 1) for i in range(bits))

@@ -105,11 +105,11 @@ def payload_bits(seed: int, total_bits: int, i: int) -> list[int]:
 
 
 class Runner:
-    def __init__(self, cfg: Config, model, tokenizer, log=sys.stderr):
+    def __init__(self, cfg: Config, model, tokenizer, log=None):
         self.cfg = cfg
         self.model = model
         self.tok = tokenizer
-        self.log = log
+        self.log = log or sys.stderr  # looked up per run: a stream bound at import time may be closed since
         self.t0 = time.time()
         self.results: dict = {"config": asdict(cfg), "cells": {}, "skipped": [], "timings": {}}
         from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article

@@ -203,3 +203,34 @@ def test_v2_opening_tokens_use_fresh_randomness(keys):
         first[prof.spec_version] = proc(prompt, scores.clone()).argmax(1)
     assert first[1].unique().numel() == 1
     assert first[2].unique().numel() >= 10
+
+
+def test_token_evidence_matches_the_decode_and_locates_the_mark(keys, decoder):
+    """Per-token level-1 evidence (the console's highlight): it adds up to the level-1 scores the decoder
+    released the value on, is high on watermarked tokens (mean well above the null mean 1) and about 1 on
+    a pasted-in unwatermarked part; a text whose level 1 is not decoded gets no map at all."""
+    rng = random.Random(3)
+    pays = _payloads(rng, 6)
+    marked = generate(PROFILE, keys, pays, N, seed=21)
+    plain = torch.randint(0, PROFILE.vocab_size, (6, N), generator=torch.Generator().manual_seed(5))
+    seen = 0
+    for row, noise in zip(marked.tolist(), plain.tolist(), strict=True):
+        text = row[:120] + noise[:120]
+        result, ev = decoder.token_evidence(text)
+        if result.levels[0].status != "decoded":
+            assert ev == []
+            continue
+        seen += 1
+        positions = [p for p, _ in ev]
+        assert positions == sorted(set(positions)) and all(PROFILE.context_width <= p < len(text) for p in positions)
+        # Same total as the decoder's own window scores for the released segment values.
+        full = decoder._scores(*decoder.pad([text]), result.key_version, [(1, keys.tables[0])])[0][0][0]
+        winners = full.sum(0).argmax(-1)
+        total = float(sum(full.sum(0)[c, winners[c]] for c in range(full.shape[1])))
+        assert sum(s for _, s in ev) == pytest.approx(total, rel=1e-9)
+        head = [s for p, s in ev if p < 120 - PROFILE.context_width]
+        tail = [s for p, s in ev if p >= 120 + PROFILE.context_width]
+        assert np.mean(head) > 1.5 and np.mean(tail) < 1.4, (np.mean(head), np.mean(tail))
+    assert seen >= 4
+    human = plain[0].tolist()
+    assert decoder.token_evidence(human)[1] == []

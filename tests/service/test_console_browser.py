@@ -76,6 +76,7 @@ def test_moderator_verifies_a_text_at_phone_width(browser, live):
     assert result.locator("[data-testid=verdict] strong").inner_text() == "Watermarked"
     assert "Strong evidence of the watermark" in result.locator("[data-testid=p-words]").inner_text()
     assert result.locator("section.level").count() == 1  # level 1 only: the moderator's maximum
+    assert page.locator("[data-testid=evidence]").count() == 0  # no per-token map (a key oracle) for moderators
     assert result.locator("[data-testid=level-status]").inner_text().startswith("decoded")
     assert re.search(r"model = \d+", result.locator("[data-testid=level-fields]").inner_text())
     assert result.get_by_text(re.compile("Audit receipt")).is_visible()
@@ -119,6 +120,14 @@ def test_auditor_sees_private_levels_mixed_candidates_spans_and_receipt(browser,
     receipt = json.loads(result.locator("details.receipt pre").inner_text())
     assert receipt["event"]["subject"] == "console-auditor" and receipt["event"]["action"] == "verify"
     screenshot(page, "verify-auditor")
+
+    # Per-token evidence (auditors have `evidence.read`): the text comes back with the marked tokens shaded.
+    page.get_by_role("button", name="Show which tokens carry the mark").click()
+    view = page.locator("[data-testid=evidence] pre.evidence")
+    view.wait_for()
+    assert view.inner_text() == live.texts[1]  # the whole text, unchanged, only wrapped
+    assert page.locator("[data-testid=evidence] mark").count() > 20
+    screenshot(page, "verify-evidence")
 
     # A `mixed` level (spliced sources): the service's answer is replayed so the rendering is checked exactly.
     receipt_doc = {"leaf_index": 0, "inclusion_proof": [], "checkpoint": "x", "event": {}}

@@ -10,7 +10,7 @@ import yaml
 from verifier.ratelimit import RoleLimits
 
 ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all", "metrics.read",
-                     "providers.read", "providers.write", "keys.bundle"})
+                     "providers.read", "providers.write", "keys.bundle", "evidence.read"})
 
 
 class PolicyError(ValueError):

@@ -228,6 +228,38 @@ class Decoder:
             )
         return results
 
+    def token_evidence(self, ids: Sequence[int]) -> tuple[DecodeResult, list[tuple[int, float]]]:
+        """One text's decode plus, when level 1 is `decoded`, the evidence each scored token gives the released
+        level-1 value: [(token position, score)], a score being Exp(1)-distributed without the mark (mean 1).
+
+        Level 1 only, and for a value already released: the map adds no field, but per-token evidence is a
+        far faster oracle for the level's keys than one p-value per text, so the service shows it to
+        trusted roles only (docs/service.md). Scored once more with one window per scored token.
+        """
+        result = self.decode_ids([ids])[0]
+        lv1 = result.levels[0]
+        if lv1.status != "decoded":
+            return result, []
+        positions = reference.scored_positions(list(ids), self.profile.context_width)
+        if not positions:
+            return result, []
+        table = next(t for t in self.tables[1] if t.version == lv1.key_version)
+        prof = self.profile
+        pk = prf.key_words([self._position_key(table.version)], self.device)
+        keys = LevelKeys(1, *self._words[(1, table.version)], per_value=prof.levels[0].per_value)
+        spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride,
+                           len(positions))
+        padded, lengths = self.pad([ids])
+        scores, counts = segment_scores(padded, lengths, spec, (pk[0][0], pk[1][0]), [keys])
+        sc, cnt = scores[0][0].cpu(), counts[0].cpu()  # [W, cells, C], [W, K]
+        winners = sc.sum(0).argmax(-1)  # per cell: the value the whole text supports (= the released one)
+        cells = sc.shape[1]
+        out = []
+        for w, pos in enumerate(positions):
+            cell = 0 if cells == 1 else int(cnt[w].argmax())
+            out.append((pos, float(sc[w, cell, winners[cell]])))
+        return result, out
+
     def _level_result(
         self, level: int, table: KeyTable, scores: torch.Tensor, counts: torch.Tensor, ids: Sequence[int]
     ) -> LevelResult:

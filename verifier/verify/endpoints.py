@@ -1,17 +1,18 @@
-"""POST /v1/verify."""
+"""POST /v1/verify and POST /v1/verify/evidence."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from verifier.auth.dependencies import VerifyCaller
+from verifier.auth.dependencies import EvidenceReader, VerifyCaller
 from verifier.bodies import JsonRoute
 from verifier.context import Ctx
 from verifier.ratelimit import MemoryCounter
+from verifier.verify.evidence import token_evidence
 from verifier.verify.release import charge_quota, check_texts, requested_level
 from verifier.verify.runner import DecodeJob
-from verifier.verify.schemas import VerifyIn, VerifyOut
+from verifier.verify.schemas import EvidenceIn, EvidenceOut, VerifyIn, VerifyOut
 from verifier.verify.service import VerifyRequest, verify_texts
 
 router = APIRouter(prefix="/v1", tags=["verify"], route_class=JsonRoute)
@@ -41,3 +42,23 @@ async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
         return {"results": await ctx.batcher.verify(VerifyRequest(job, p.actor))}
     return {"results": await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
                                                ctx.settings.checkpoint_interval_seconds)}
+
+
+@router.post(
+    "/verify/evidence",
+    response_model=EvidenceOut,
+    summary="Per-token level-1 evidence of one text (trusted roles)",
+    description="Which tokens carry the level-1 mark, for a person looking at one text (the console highlights "
+    "them). Level 1 only, and only when its value is released (`decoded`). Such a map is a fast oracle for "
+    "the level-1 keys, so it needs the action `evidence.read` (auditors and admins in the shipped policy); "
+    "each call is an audit event (`verify.evidence`) with its receipt, committed before the answer.",
+    responses={401: {"description": "bad or missing token"}, 403: {"description": "action not allowed"},
+               409: {"description": "no keys yet"}, 413: {"description": "too large"},
+               422: {"description": "bad input"}, 429: {"description": "quota reached (Retry-After)"},
+               503: {"description": "KEK, audit log or database unavailable"}},
+)
+async def evidence(body: EvidenceIn, ctx: Ctx, p: EvidenceReader) -> dict:
+    check_texts([body.text], ctx.settings.max_texts, ctx.settings.max_text_chars)
+    await run_in_threadpool(charge_quota, ctx.limiter, ctx.policy, p, 1)
+    return await run_in_threadpool(token_evidence, ctx.runner, ctx.db, ctx.profile, body.text, p.actor, ctx.signer,
+                                   ctx.settings.checkpoint_interval_seconds)

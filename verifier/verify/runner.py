@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from verifier.engine.availability import make_decoder
-from verifier.engine.decoder import DEFAULT_ALPHA, Decoder
+from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder
 from verifier.engine.profile import Profile
 from verifier.keys.cache import MaterialCache
 from verifier.keys.decodable import VerificationMaterial
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
-from verifier.verify.decode import decode_material
+from verifier.verify.decode import TextNotDecodable, decode_material
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,10 @@ class DecodeJob:
 class DecodeRunner(Protocol):
     def decode(self, job: DecodeJob) -> list[dict]:
         """Decoder results (`DecodeResult.to_dict()`), unshaped; raises the service's domain errors."""
+        ...
+
+    def token_evidence(self, profile: Profile, text: str) -> tuple[dict, list[tuple[int, int, float]]]:
+        """Level-1 result of one text and its per-token evidence (see `InProcessRunner.token_evidence`)."""
         ...
 
     def close(self) -> None: ...
@@ -60,6 +64,21 @@ class InProcessRunner:
         tokenizer = self.tokenizers(job.profile.tokenizer)
         decoder = entry.prepared if job.alpha == self.alpha else None
         return decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, decoder=decoder)
+
+    def token_evidence(self, profile: Profile, text: str) -> tuple[dict, list[tuple[int, int, float]]]:
+        """Level-1 decode of one text and, when its value is released, each scored token's evidence for it as
+        (character start, character end, score). Level-1 material only, whatever the caller's role."""
+        entry = self.cache.get(profile, 1)
+        tokenizer = self.tokenizers(profile.tokenizer)
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        decoder = entry.prepared or make_decoder(profile, entry.material.tables, alpha=self.alpha,
+                                                 unavailable=entry.material.unavailable)
+        try:
+            result, evidence = decoder.token_evidence(enc["input_ids"])
+        except DecodeError as exc:
+            raise TextNotDecodable(str(exc).splitlines()[0] if str(exc) else "text cannot be decoded") from None
+        offsets = enc["offset_mapping"]
+        return result.to_dict(), [(int(offsets[p][0]), int(offsets[p][1]), score) for p, score in evidence]
 
     def close(self) -> None:
         self.cache.clear()  # decrypted material does not outlive the service

@@ -99,3 +99,30 @@ class VerifiedOut(ResultOut):
 
 class VerifyOut(BaseModel):
     results: list[VerifiedOut] = Field(description="one result per input text, in input order")
+
+
+class EvidenceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr = Field(min_length=1, description="one text (limit: HERO_MAX_TEXT_CHARS)")
+
+
+class TokenEvidenceOut(BaseModel):
+    start: int = Field(description="first character of the token in `text`")
+    end: int = Field(description="one past its last character")
+    evidence: float = Field(
+        description="the token's score for the released level-1 value: Exp(1) without the watermark (mean 1); "
+        "watermarked tokens score higher on average, single tokens are noisy"
+    )
+
+
+class EvidenceOut(BaseModel):
+    watermarked: bool = Field(description="level-1 p-value <= HERO_ALPHA")
+    p_value: float = Field(description="level 1's p-value (level 1 only, whatever the caller's role)")
+    status: str = Field(description="level 1's status: decoded | absent | mixed | undecodable")
+    key_version: str | None = Field(description="the level-1 key version that scored the text")
+    fields: dict[str, int | None] = Field(description="level-1 (public) fields; values only when `decoded`")
+    tokens: list[TokenEvidenceOut] = Field(
+        description="scored tokens with their evidence, in text order; empty unless level 1 is `decoded` "
+        "(tokens whose context repeats an earlier one are not scored and not listed)"
+    )
+    receipt: ReceiptOut | None = Field(default=None, description="transparency-log receipt of this disclosure")

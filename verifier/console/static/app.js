@@ -202,8 +202,43 @@
     try {
       const { data } = await api("POST", "/v1/verify", { texts: [text] });
       out.replaceChildren(renderResult(data.results[0], null));
+      if (state.me.actions.includes("evidence.read") && data.results[0].watermarked) {
+        const holder = el("div", { "data-testid": "evidence" });
+        holder.append(el("button", { type: "button", class: "secondary",
+          onclick: () => showEvidence(text, holder) }, "Show which tokens carry the mark"));
+        out.append(holder);
+      }
       say("Verified.");
     } catch (e) { say("Verify failed: " + e.message, true); }
+  }
+
+  // Per-token level-1 evidence (trusted roles only: the map is a key oracle, so the API audits each use).
+  // Each scored token's score is Exp(1) without the mark; >= 2 is shaded, >= 4 strongly.
+  async function showEvidence(text, holder) {
+    say("Scoring tokens…");
+    try {
+      const { data } = await api("POST", "/v1/verify/evidence", { text });
+      const view = el("pre", { class: "text evidence", "aria-label": "Text with per-token evidence" });
+      let at = 0;
+      let marked = 0;
+      for (const t of data.tokens) {
+        if (t.start < at) continue;
+        if (t.start > at) view.append(text.slice(at, t.start));
+        const level = t.evidence >= 4 ? "strong" : t.evidence >= 2 ? "some" : null;
+        const piece = text.slice(t.start, t.end);
+        if (level) { marked += 1; view.append(el("mark", { class: level, title: "evidence " + t.evidence.toFixed(2) }, piece)); }
+        else view.append(piece);
+        at = t.end;
+      }
+      if (at < text.length) view.append(text.slice(at));
+      holder.replaceChildren(
+        el("h3", {}, "Where the level-1 mark is"),
+        el("p", { class: "muted" }, data.tokens.length + " scored tokens, " + marked + " marked (evidence ≥ 2; ≥ 4 darker). " +
+          "Unmarked text averages 1 per token; single tokens are noisy, stretches are what matter. This view was audited" +
+          (data.receipt ? " (event #" + (data.receipt.leaf_index + 1) + ")." : ".")),
+        view);
+      say("Evidence shown.");
+    } catch (e) { say("Evidence failed: " + e.message, true); }
   }
 
   function readFile(input) {

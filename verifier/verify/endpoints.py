@@ -16,6 +16,11 @@ from verifier.verify.schemas import EvidenceIn, EvidenceOut, VerifyIn, VerifyOut
 from verifier.verify.service import VerifyRequest, verify_texts
 
 router = APIRouter(prefix="/v1", tags=["verify"], route_class=JsonRoute)
+ERRORS: dict[int | str, dict] = {
+    401: {"description": "bad or missing token"}, 403: {"description": "action or level not allowed"},
+    409: {"description": "no keys yet"}, 413: {"description": "too large"}, 422: {"description": "bad input"},
+    429: {"description": "quota reached (Retry-After)"}, 503: {"description": "KEK, audit log or database unavailable"},
+}
 
 
 @router.post(
@@ -25,10 +30,7 @@ router = APIRouter(prefix="/v1", tags=["verify"], route_class=JsonRoute)
     description="Returns only levels <= the caller's role maximum (server policy). Every disclosure is "
     "appended to the audit chain before the response is sent (if that fails the answer is 503), and each "
     "result carries its event's transparency-log receipt, checkable offline (docs/transparency.md).",
-    responses={401: {"description": "bad or missing token"}, 403: {"description": "action or level not allowed"},
-               409: {"description": "no keys yet"}, 413: {"description": "too large"},
-               422: {"description": "bad input"}, 429: {"description": "quota reached (Retry-After)"},
-               503: {"description": "KEK, audit log or database unavailable"}},
+    responses=ERRORS,
 )
 async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
     level = requested_level(p, body.max_level)
@@ -52,10 +54,7 @@ async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
     "them). Level 1 only, and only when its value is released (`decoded`). Such a map is a fast oracle for "
     "the level-1 keys, so it needs the action `evidence.read` (auditors and admins in the shipped policy); "
     "each call is an audit event (`verify.evidence`) with its receipt, committed before the answer.",
-    responses={401: {"description": "bad or missing token"}, 403: {"description": "action not allowed"},
-               409: {"description": "no keys yet"}, 413: {"description": "too large"},
-               422: {"description": "bad input"}, 429: {"description": "quota reached (Retry-After)"},
-               503: {"description": "KEK, audit log or database unavailable"}},
+    responses=ERRORS,
 )
 async def evidence(body: EvidenceIn, ctx: Ctx, p: EvidenceReader) -> dict:
     check_texts([body.text], ctx.settings.max_texts, ctx.settings.max_text_chars)

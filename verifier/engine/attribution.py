@@ -169,16 +169,16 @@ def _bit_confidence(marg: Tensor, n: Tensor, winners: list[int], bits: int) -> l
 
 def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
     """The level's status and released value; `cell_bits` = bits per cell (b, or the whole value's)."""
-    att = _decide(ev, alpha, cell_bits)
     full = _region(ev, 0, ev.scores.shape[0])
+    att = _decide(ev, alpha, cell_bits, full)
     if all(int(n) > 0 for n in full.n):
         att.most_likely = _join(full.winners, cell_bits)
     return att
 
 
-def _decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
+def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> Attribution:
+    """`full`: the whole-text region (windows [0, W)), computed once by `decide`."""
     windows = ev.scores.shape[0]
-    full = _region(ev, 0, windows)
     if full.tokens == 0:
         return Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
     log_v = math.log(max(ev.versions, 1))

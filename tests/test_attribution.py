@@ -3,6 +3,7 @@ text release nothing, two-user splices name both users (`mixed`) and never a thi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -174,7 +175,12 @@ def test_result_shapes_through_to_dict(keys, decoder):
         torch.cat([a[0, :100], b[0, 100:]]).tolist(), human[0].tolist(), a[0].tolist()
     ])
     for r in (mixed, absent, decoded):
+        full = dataclasses.asdict(r)
+        for lv in full["levels"]:
+            assert lv.pop("most_likely", 0) is None or r.levels[lv["level"] - 1].most_likely is not None
+        assert r.to_dict() == full  # every field but the evaluation-only most_likely, nothing else
         d = json.loads(json.dumps(r.to_dict(), allow_nan=False))
+        assert all("most_likely" not in lv for lv in d["levels"])
         assert set(d) >= {"watermarked", "p_value", "levels", "flags", "spec_version", "tokens_scored"}
         for lv in d["levels"]:
             assert set(lv) >= {"level", "status", "fields", "candidates", "spans", "confidence", "p_value"}

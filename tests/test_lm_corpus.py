@@ -48,6 +48,20 @@ def test_smollm2_tokenizer_round_trip() -> None:
 
 
 @pytest.mark.model
+def test_fast_batch_ids_equal_the_transformers_tokenizer() -> None:
+    """The verifier tokenizes through the Rust backend's batch call (LockedTokenizer.encode_ids): it must
+    give exactly the ids of the transformers tokenizer, or a decode would score other tokens."""
+    tokenizer = models.load_tokenizer("smollm2")
+    texts = [a.text for a in bbc_articles()[:300]] + [
+        "Chelsea paid £15.8m for Mutu — a naïve signing.", "  leading and trailing spaces  ", "tabs\tand\nlines",
+        "emoji 🙂 and 中文 and العربية", "<|endoftext|> looks special", "x",
+    ]
+    want = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    assert models.LockedTokenizer(tokenizer).encode_ids(texts) == want
+    assert models.encode_ids(tokenizer, texts) == want
+
+
+@pytest.mark.model
 def test_prompt_from_article_takes_body_tokens() -> None:
     tokenizer = models.load_tokenizer("smollm2")
     article = bbc_articles(["business"])[0]

@@ -106,6 +106,22 @@ class LockedTokenizer:
         with self._lock:
             return self._tok(*args, **kwargs)
 
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of `texts`, no special tokens: what `tok(texts, add_special_tokens=False)["input_ids"]`
+        gives, through the Rust backend's batch call without offsets and without the transformers wrapper
+        (about 3x faster: the verifier's hot path). tests/test_lm_corpus.py checks both agree."""
+        return encode_ids(self._tok, texts, self._lock)
+
+
+def encode_ids(tokenizer: Any, texts: list[str], lock: threading.Lock | None = None) -> list[list[int]]:
+    """Token ids of `texts` without special tokens, through the fast backend when the tokenizer has one."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    fast = getattr(backend, "encode_batch_fast", None)
+    with lock or contextlib.nullcontext():
+        if fast is None:
+            return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [e.ids for e in fast(list(texts), add_special_tokens=False)]
+
 
 class TokenizerCache:
     """One tokenizer per name per process, loaded on first use and shared by every decode path."""

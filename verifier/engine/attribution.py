@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -82,40 +83,56 @@ class Attribution:
 
 
 @dataclass(frozen=True)
+class _Regions:
+    """Statistics of N regions at once (arrays [N, cells]; one row per region)."""
+
+    scores: Tensor  # [N, cells, C]
+    n: np.ndarray  # scored tokens per cell
+    winners: np.ndarray
+    runners: np.ndarray  # the runner-up value per cell (the winner's when C = 1)
+    log_p1: np.ndarray  # per cell: max-of-C tail of the winner (0.0 for a cell without tokens)
+    log_p2: np.ndarray  # per cell: max-of-(C-1) tail of the runner-up
+    level_log_p: np.ndarray  # [N]: Fisher over the cells with tokens
+
+
+def _regions(s: Tensor, n: Tensor) -> _Regions:
+    """`s` [N, cells, C] summed scores, `n` [N, cells] scored tokens: every region's tails in one pass."""
+    c = s.shape[-1]
+    top = s.topk(min(2, c), dim=-1)
+    vals = top.values.numpy()
+    idx = top.indices.numpy()
+    nn = n.numpy()
+    live = nn > 0
+    lp1 = np.where(live, stats.log_max_pvalue_array(stats.log_gamma_sf_array(nn, vals[..., 0]), c), 0.0)
+    if c > 1:
+        lp2 = np.where(live, stats.log_max_pvalue_array(stats.log_gamma_sf_array(nn, vals[..., 1]), c - 1), 0.0)
+    else:
+        lp2 = np.zeros(nn.shape)
+    return _Regions(s, nn, idx[..., 0], idx[..., -1], lp1, lp2, stats.log_fisher_array(lp1, live))
+
+
+@dataclass(frozen=True)
 class _Region:
+    """One row of `_Regions` as plain Python values: the per-text decision reads these."""
+
     lo: int  # windows [lo, hi)
     hi: int
     scores: Tensor  # [cells, C]
-    n: Tensor  # [cells] scored tokens per cell
+    n: list[int]
     winners: list[int]
-    log_p1: list[float]  # per cell: max-of-C tail of the winner (0.0 for a cell without tokens)
-    log_p2: list[float]  # per cell: max-of-(C-1) tail of the runner-up
+    log_p1: list[float]
+    log_p2: list[float]
+    level_lp: float
+    runner: int  # runner-up of cell 0 (per-value levels have one cell)
 
     @property
     def tokens(self) -> int:
-        return int(self.n.sum())
+        return sum(self.n)
 
-    def level_log_p(self) -> float:
-        return stats.log_fisher([lp for lp, n in zip(self.log_p1, self.n.tolist(), strict=True) if n > 0])
-
-
-def _region(ev: LevelEvidence, lo: int, hi: int) -> _Region:
-    s = ev.scores[lo:hi].sum(0) if hi - lo > 1 else ev.scores[lo]
-    counts = ev.counts[lo:hi].sum(0)
-    n = counts.sum().view(1) if ev.per_value else counts
-    c = s.shape[1]
-    top = s.topk(min(2, c), dim=1)
-    winners, lp1, lp2 = [], [], []
-    for k in range(s.shape[0]):
-        nk = int(n[k])
-        winners.append(int(top.indices[k, 0]))
-        if nk == 0:
-            lp1.append(0.0)
-            lp2.append(0.0)
-            continue
-        lp1.append(stats.log_max_pvalue(stats.log_gamma_sf(nk, float(top.values[k, 0])), c))
-        lp2.append(stats.log_max_pvalue(stats.log_gamma_sf(nk, float(top.values[k, 1])), c - 1) if c > 1 else 0.0)
-    return _Region(lo, hi, s, n, winners, lp1, lp2)
+    @classmethod
+    def row(cls, r: _Regions, i: int, lo: int, hi: int) -> _Region:
+        return cls(lo, hi, r.scores[i], r.n[i].tolist(), r.winners[i].tolist(), r.log_p1[i].tolist(),
+                   r.log_p2[i].tolist(), float(r.level_log_p[i]), int(r.runners[i, 0]))
 
 
 def _join(winners: list[int], bits: int) -> int:
@@ -126,80 +143,165 @@ def _join(winners: list[int], bits: int) -> int:
 
 
 def _log_lr(scores: Tensor, n: Tensor) -> Tensor:
-    """log [N(S; n m, v n) / Gamma(n, 1) density at S] for every mean m of MEAN_GRID: [G, cells, C]."""
-    nk = n.to(torch.float64).view(1, -1, 1)
+    """log [N(S; n m, v n) / Gamma(n, 1) density at S] for every mean m of MEAN_GRID: [G, *scores.shape].
+    `n` has the shape of `scores` without its last (value) axis, and no zeros."""
+    nk = n.to(torch.float64).unsqueeze(-1).unsqueeze(0)
     s = scores.unsqueeze(0)
-    m = MEAN_GRID.view(-1, 1, 1)
+    m = MEAN_GRID.view(-1, *([1] * scores.dim()))
     log_normal = -0.5 * (s - nk * m) ** 2 / (TRUE_VARIANCE * nk) - 0.5 * torch.log(2 * math.pi * TRUE_VARIANCE * nk)
     log_gamma = (nk - 1) * torch.log(s.clamp_min(1e-300)) - s - torch.lgamma(nk)
     return log_normal - log_gamma
 
 
-def posterior(scores: Tensor, n: Tensor, winners: list[int]) -> tuple[float, Tensor]:
-    """(P[value == winners], per-cell marginals [cells, C]); see the module docstring."""
+# Texts per posterior call: bounds the [G, texts, cells, C] arrays to ~2^21 entries (16 MB each).
+POSTERIOR_ENTRIES = 1 << 21
+
+
+def posterior_batch(scores: Tensor, n: Tensor, winners: Tensor) -> tuple[Tensor, Tensor]:
+    """Per text, (P[value == winners], per-cell marginals [cells, C]) for scores [D, cells, C], scored tokens
+    n [D, cells] and winners [D, cells]; cells without tokens are left out (uniform marginals)."""
+    d, cells, c = scores.shape
+    step = max(1, POSTERIOR_ENTRIES // (MEAN_GRID.numel() * cells * c))
+    if d > step:
+        parts = [posterior_batch(scores[i : i + step], n[i : i + step], winners[i : i + step])
+                 for i in range(0, d, step)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     live = n > 0
-    s = scores[live]
-    if s.numel() == 0:
-        return 0.0, torch.full_like(scores, 1.0 / scores.shape[1])
-    c = s.shape[1]
-    logits = _log_lr(s, n[live])  # [G, cells, C]
-    log_z = torch.logsumexp(logits, dim=2)  # [G, cells]
-    w = torch.softmax((log_z - math.log(c)).sum(1), 0)  # posterior over the mean (uniform prior on the grid)
-    log_post = logits - log_z.unsqueeze(2)
-    idx = torch.tensor([wv for wv, ok in zip(winners, live.tolist(), strict=True) if ok])
-    joint = log_post.gather(2, idx.view(1, -1, 1).expand(log_post.shape[0], -1, 1)).squeeze(2).sum(1)  # [G]
-    conf = float((w * joint.exp()).sum())
-    marg = torch.full_like(scores, 1.0 / scores.shape[1])
-    marg[live] = (w.view(-1, 1, 1) * log_post.exp()).sum(0)
-    return min(1.0, conf), marg
+    logits = _log_lr(scores, torch.where(live, n, 1))  # [G, D, cells, C]
+    log_z = torch.logsumexp(logits, dim=3)  # [G, D, cells]
+    # posterior over the mean (uniform prior on the grid), from the live cells only
+    w = torch.softmax(((log_z - math.log(c)) * live).sum(2), 0)  # [G, D]
+    log_post = logits - log_z.unsqueeze(3)
+    g = log_post.shape[0]
+    picked = log_post.gather(3, winners.view(1, d, cells, 1).expand(g, -1, -1, 1)).squeeze(3)  # [G, D, cells]
+    joint = (picked * live).sum(2)  # [G, D]
+    conf = torch.where(live.any(1), (w * joint.exp()).sum(0).clamp(max=1.0), 0.0)
+    marg = (w.view(g, d, 1, 1) * log_post.exp()).sum(0)
+    return conf, torch.where(live.unsqueeze(2), marg, 1.0 / c)
 
 
-def _bit_confidence(marg: Tensor, n: Tensor, winners: list[int], bits: int) -> list[float | None]:
-    out: list[float | None] = []
-    cand = torch.arange(marg.shape[1])
-    for k in range(marg.shape[0]):
-        for i in range(bits - 1, -1, -1):
-            if int(n[k]) == 0:
-                out.append(None)
-                continue
-            agree = ((cand >> i) & 1) == ((winners[k] >> i) & 1)
-            out.append(float(marg[k][agree].sum()))
-    return out
+def posterior(scores: Tensor, n: Tensor, winners: list[int]) -> tuple[float, Tensor]:
+    """One text's (P[value == winners], per-cell marginals [cells, C]); see the module docstring."""
+    conf, marg = posterior_batch(scores.unsqueeze(0), n.view(1, -1), torch.tensor([winners]))
+    return float(conf[0]), marg[0]
+
+
+def _bit_confidence(marg: Tensor, n: Tensor, winners: Tensor, bits: int) -> list[list[float | None]]:
+    """Per text and cell, most significant bit first: the posterior mass of the values that share that bit
+    with the winner (None for a cell without tokens). marg [D, cells, C], n and winners [D, cells]."""
+    shifts = torch.arange(bits - 1, -1, -1)
+    cand_bits = (torch.arange(marg.shape[2]).unsqueeze(1) >> shifts) & 1  # [C, bits]
+    win_bits = (winners.unsqueeze(2) >> shifts) & 1  # [D, cells, bits]
+    agree = cand_bits.view(1, 1, *cand_bits.shape) == win_bits.unsqueeze(2)  # [D, cells, C, bits]
+    mass = (marg.unsqueeze(3) * agree).sum(2).tolist()  # [D, cells, bits]
+    live = (n > 0).tolist()
+    return [[x for k, ok in enumerate(row) for x in (mass[i][k] if ok else [None] * bits)]
+            for i, row in enumerate(live)]
 
 
 def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
     """The level's status and released value; `cell_bits` = bits per cell (b, or the whole value's)."""
-    full = _region(ev, 0, ev.scores.shape[0])
-    att = _decide(ev, alpha, cell_bits, full)
-    if all(int(n) > 0 for n in full.n):
-        att.most_likely = _join(full.winners, cell_bits)
-    return att
+    return decide_batch(ev.scores.unsqueeze(0), ev.counts.unsqueeze(0), ev.per_value, ev.versions, alpha,
+                        cell_bits)[0]
 
 
-def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> Attribution:
-    """`full`: the whole-text region (windows [0, W)), computed once by `decide`."""
-    windows = ev.scores.shape[0]
-    if full.tokens == 0:
-        return Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
-    log_v = math.log(max(ev.versions, 1))
-    level_lp = min(0.0, full.level_log_p() + log_v)
+def whole_text_log_p(scores: Tensor, counts: Tensor, per_value: bool) -> np.ndarray:
+    """Per text [B], the level's whole-text log p-value at one key version (no correction for versions):
+    Fisher over the cells with tokens of each cell's max-of-C tail. Picks the version that made a text."""
+    b = scores.shape[0]
+    n = counts.sum((1, 2)).view(b, 1) if per_value else counts.sum(1)
+    return _regions(scores.sum(1), n).level_log_p
+
+
+# Texts whose prefix/suffix regions are examined together: bounds the [texts, 2(W-1), cells, C] arrays
+# (a 4096-value level: ~0.5 MB per text).
+REGION_CHUNK = 32
+
+
+def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int, alpha: float,
+                 cell_bits: int) -> list[Attribution]:
+    """`decide` for B texts at once: scores [B, W, cells, C] float64, counts [B, W, K] int64 (CPU).
+
+    The tails of every text's whole-text region, and of the prefix/suffix regions of the texts that pass
+    the level test, are computed as arrays; only the small per-text decision is Python. Each text's
+    result is the one it gets alone."""
+    b, windows = scores.shape[0], scores.shape[1]
+    full_n = counts.sum((1, 2)).view(b, 1) if per_value else counts.sum(1)
+    full = _regions(scores.sum(1), full_n)
+    log_v = math.log(max(versions, 1))
     log_alpha = math.log(alpha)
-    if level_lp > log_alpha:
-        return Attribution("absent", level_lp, reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
-    regions = [_region(ev, 0, j) for j in range(1, windows)] + [_region(ev, j, windows) for j in range(1, windows)]
+    level_lp = np.minimum(0.0, full.level_log_p + log_v)
+    tokens = full.n.sum(1)
+    out: list[Attribution] = []
+    hits = []
+    for i in range(b):
+        if tokens[i] == 0:
+            att = Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
+        elif level_lp[i] > log_alpha:
+            lp = float(level_lp[i])
+            att = Attribution("absent", lp, reason=f"no evidence for this level (p = {stats.to_p(lp):.3g})")
+        else:
+            att = None
+            hits.append(i)
+        out.append(att)  # type: ignore[arg-type]
+    decoded: list[tuple[int, _Region]] = []
+    for lo in range(0, len(hits), REGION_CHUNK):
+        idx = hits[lo : lo + REGION_CHUNK]
+        regions = _scan(scores[idx], counts[idx], per_value) if windows > 1 else None
+        for j, i in enumerate(idx):
+            rows = regions(j) if regions is not None else []
+            out[i], source = _decide(_Region.row(full, i, 0, windows), rows, windows, per_value, log_v,
+                                     float(level_lp[i]), log_alpha, cell_bits)
+            if source is not None:
+                decoded.append((i, source))
+    if decoded:  # confidence of every released value, one batched posterior
+        src = [r for _, r in decoded]
+        n, winners = torch.tensor([r.n for r in src]), torch.tensor([r.winners for r in src])
+        conf, marg = posterior_batch(torch.stack([r.scores for r in src]), n, winners)
+        for (i, _), cf, bc in zip(decoded, conf.tolist(), _bit_confidence(marg, n, winners, cell_bits), strict=True):
+            out[i].confidence, out[i].bit_confidence = cf, bc
+    for i, att in enumerate(out):
+        if (full.n[i] > 0).all():
+            att.most_likely = _join(full.winners[i].tolist(), cell_bits)
+    return out
+
+
+def _scan(scores: Tensor, counts: Tensor, per_value: bool):
+    """The prefix [0, j) and suffix [j, W) regions (j = 1..W-1) of each text: text index -> its rows."""
+    b, windows = scores.shape[0], scores.shape[1]
+    pre_s, pre_c = scores.cumsum(1)[:, :-1], counts.cumsum(1)[:, :-1]  # [b, W-1, ...]: windows [0, j)
+    suf_s = scores.flip(1).cumsum(1).flip(1)[:, 1:]  # windows [j, W)
+    suf_c = counts.flip(1).cumsum(1).flip(1)[:, 1:]
+    s = torch.cat([pre_s, suf_s], 1)  # [b, R, cells, C], R = 2(W-1)
+    c = torch.cat([pre_c, suf_c], 1)  # [b, R, K]
+    r = s.shape[1]
+    n = c.sum(2, keepdim=True) if per_value else c
+    stats_ = _regions(s.reshape(b * r, *s.shape[2:]), n.reshape(b * r, -1))
+    bounds = [(0, j) for j in range(1, windows)] + [(j, windows) for j in range(1, windows)]
+
+    def rows(t: int) -> list[_Region]:
+        return [_Region.row(stats_, t * r + k, lo, hi) for k, (lo, hi) in enumerate(bounds)]
+
+    return rows
+
+
+def _decide(full: _Region, regions: list[_Region], windows: int, per_value: bool, log_v: float, level_lp: float,
+            log_alpha: float, cell_bits: int) -> tuple[Attribution, _Region | None]:
+    """One text whose level p-value passed alpha: which value(s) its whole text and regions support, and
+    for a released value the region it comes from (its confidence is computed for the batch)."""
     scan = log_v + (math.log(2 * (windows - 1) + 1) if windows > 1 else 0.0)
     cells = len(full.winners)
     cell_alpha = log_alpha - math.log(cells)  # per-cell threshold: alpha / K (alpha for one cell)
 
     def supported(r: _Region, extra: float) -> bool:
-        return all(int(n) > 0 and lp + extra <= cell_alpha for lp, n in zip(r.log_p1, r.n.tolist(), strict=True))
+        return all(n > 0 and lp + extra <= cell_alpha for lp, n in zip(r.log_p1, r.n, strict=True))
 
     def clean(r: _Region, extra: float) -> bool:
-        return all(lp + extra > cell_alpha for lp, n in zip(r.log_p2, r.n.tolist(), strict=True) if int(n) > 0)
+        return all(lp + extra > cell_alpha for lp, n in zip(r.log_p2, r.n, strict=True) if n > 0)
 
     def quiet(r: _Region) -> bool:
         """No segment's runner-up is even weakly significant: releasing a segmented value needs this."""
-        return all(lp > LOG_QUIET for lp, n in zip(r.log_p2, r.n.tolist(), strict=True) if int(n) > 0)
+        return all(lp > LOG_QUIET for lp, n in zip(r.log_p2, r.n, strict=True) if n > 0)
 
     found: dict[int, Candidate] = {}
     by_region: dict[tuple[int, int], tuple[int, float]] = {}
@@ -211,46 +313,42 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> A
     two_in_a_cell = not clean(full, scan)
     # A segmented level's winners may come from different sources when a segment holds two: then the
     # whole-text value is not released (it could be a value neither source carried).
-    whole_ok = supported(full, log_v) and (ev.per_value or quiet(full))
+    whole_ok = supported(full, log_v) and (per_value or quiet(full))
     full_value = _join(full.winners, cell_bits) if whole_ok else None
     if full_value is not None:
         add(full_value, level_lp, full.tokens)
-    if ev.per_value and two_in_a_cell:  # the runner-up is a second supported value
-        top2 = full.scores[0].topk(2).indices.tolist()
-        add(int(top2[1]), full.log_p2[0] + scan, full.tokens)
+    if per_value and two_in_a_cell:  # the runner-up is a second supported value
+        add(full.runner, full.log_p2[0] + scan, full.tokens)
     for r in regions:
-        if r.tokens and supported(r, scan) and (ev.per_value or quiet(r)):
+        if r.tokens and supported(r, scan) and (per_value or quiet(r)):
             v = _join(r.winners, cell_bits)
-            lp = r.log_p1[0] + scan if ev.per_value else r.level_log_p() + scan
+            lp = r.log_p1[0] + scan if per_value else r.level_lp + scan
             add(v, lp, r.tokens)
             by_region[(r.lo, r.hi)] = (v, lp)
     ranked = sorted(found.values(), key=lambda c: c.log_p)
     if len(ranked) >= 2 or two_in_a_cell:
-        if not ev.per_value:
+        if not per_value:
             # Segment winners of a mixed text may pair segments of different sources: name no value.
             return Attribution("mixed", level_lp, reason=(
                 "two or more sources: some segments carry two supported values; a segmented level cannot "
-                "attribute whole values to them"))
-        return Attribution("mixed", level_lp, candidates=ranked, spans=_spans(by_region, windows, ev),
-                           reason="two or more values are each supported by their own evidence")
+                "attribute whole values to them")), None
+        return Attribution("mixed", level_lp, candidates=ranked, spans=_spans(by_region, windows, full.tokens),
+                           reason="two or more values are each supported by their own evidence"), None
     if not ranked:
-        weak = [k for k, (lp, n) in enumerate(zip(full.log_p1, full.n.tolist(), strict=True))
+        weak = [k for k, (lp, n) in enumerate(zip(full.log_p1, full.n, strict=True))
                 if n == 0 or lp + log_v > cell_alpha]
         return Attribution("absent", level_lp, reason=(
             f"watermark evidence for this level (p = {stats.to_p(level_lp):.3g}) but segments {weak} lack "
-            "their own evidence: no value is released"))
+            "their own evidence: no value is released")), None
     value = ranked[0].value
     source = full if full_value == value else next(
         r for r in regions if by_region.get((r.lo, r.hi), (None,))[0] == value)
-    conf, marg = posterior(source.scores, source.n, source.winners)
-    return Attribution("decoded", level_lp, value=value, confidence=conf,
-                       bit_confidence=_bit_confidence(marg, source.n, source.winners, cell_bits))
+    return Attribution("decoded", level_lp, value=value), source
 
 
-def _spans(by_region: dict[tuple[int, int], tuple[int, float]], windows: int, ev: LevelEvidence) -> list[Span]:
+def _spans(by_region: dict[tuple[int, int], tuple[int, float]], windows: int, n: int) -> list[Span]:
     """One change point: the window boundary whose prefix and suffix name two different values with the
-    strongest joint evidence (smallest sum of their log p-values)."""
-    n = int(ev.counts.sum())
+    strongest joint evidence (smallest sum of their log p-values); `n` scored tokens in all."""
     best = None
     for j in range(1, windows):
         a, b = by_region.get((0, j)), by_region.get((j, windows))

@@ -8,17 +8,19 @@ What a level releases (decoded / absent / mixed / undecodable) is decided in eng
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from gpu import prf
 from gpu.evidence import segment_scores
 from gpu.scoring import LevelKeys, ScoringSpec
 from verifier.engine import reference, stats
-from verifier.engine.attribution import LevelEvidence, decide
+from verifier.engine.attribution import Attribution, decide_batch, whole_text_log_p
 from verifier.engine.keys import KeyTable
 from verifier.engine.payload import value_fields
 from verifier.engine.profile import Profile
@@ -50,6 +52,19 @@ class LevelResult:
     # (evaluation only). Never serialized (to_dict drops it), never released to a caller.
     most_likely: int | None = None
 
+    def to_dict(self) -> dict:
+        """Plain data for release: every field but `most_likely`."""
+        return {
+            "level": self.level, "key_version": self.key_version, "fields": dict(self.fields),
+            "confidence": self.confidence, "p_value": self.p_value, "log10_p_value": self.log10_p_value,
+            "bit_confidence": list(self.bit_confidence), "segment_tokens": list(self.segment_tokens),
+            "undecoded_segments": list(self.undecoded_segments), "versions_tried": self.versions_tried,
+            "status": self.status, "reason": self.reason,
+            "candidates": None if self.candidates is None else [
+                {**c, "fields": dict(c["fields"])} for c in self.candidates],
+            "spans": None if self.spans is None else [{**sp, "fields": dict(sp["fields"])} for sp in self.spans],
+        }
+
 
 @dataclass
 class DecodeResult:
@@ -63,26 +78,18 @@ class DecodeResult:
     spec_version: int = 1
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        for lv in d["levels"]:
-            lv.pop("most_likely", None)
-        return d
+        """Plain data (what `dataclasses.asdict` gives, without `most_likely`): fresh containers all the way
+        down, written out because asdict's recursive deep copy costs more than the decode of a text."""
+        return {
+            "watermarked": self.watermarked, "p_value": self.p_value, "log10_p_value": self.log10_p_value,
+            "key_version": self.key_version, "tokens_scored": self.tokens_scored,
+            "levels": [lv.to_dict() for lv in self.levels], "flags": list(self.flags),
+            "spec_version": self.spec_version,
+        }
 
 
 def _log10(log_p: float) -> float:
     return log_p / math.log(10.0)
-
-
-def _level_log_p(scores: torch.Tensor, counts: torch.Tensor, candidates: int) -> float:
-    """Fisher combination over segments with tokens of each segment's max-of-Gamma p-value (whole text)."""
-    logs = []
-    for k in range(scores.shape[0]):
-        n = int(counts[k])
-        if n == 0:
-            continue
-        best = float(scores[k].max())
-        logs.append(stats.log_max_pvalue(stats.log_gamma_sf(n, best), candidates))
-    return stats.log_fisher(logs)
 
 
 def _flags(levels: list[LevelResult]) -> list[str]:
@@ -128,22 +135,25 @@ class Decoder:
 
     # -- inputs -----------------------------------------------------------------------------
     def pad(self, batch: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        lengths = torch.tensor([len(x) for x in batch], dtype=torch.int64)
+        """Right-padded ids [B, width] and lengths [B]; every id checked against the vocabulary."""
+        lengths = np.fromiter((len(x) for x in batch), dtype=np.int64, count=len(batch))
         width = max(1, int(lengths.max()) if len(batch) else 1)
-        ids = torch.zeros(len(batch), width, dtype=torch.int64)
-        for i, row in enumerate(batch):
-            if row:
-                t = torch.as_tensor(list(row), dtype=torch.int64)
-                if int(t.min()) < 0 or int(t.max()) >= self.profile.vocab_size:
-                    raise DecodeError(f"text {i}: token ids outside the profile vocabulary")
-                ids[i, : len(row)] = t
-        return ids.to(self.device), lengths.to(self.device)
+        flat = np.fromiter(itertools.chain.from_iterable(batch), dtype=np.int64, count=int(lengths.sum()))
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.profile.vocab_size):
+            bad = (flat < 0) | (flat >= self.profile.vocab_size)
+            i = int(np.searchsorted(np.cumsum(lengths), int(bad.argmax()), side="right"))
+            raise DecodeError(f"text {i}: token ids outside the profile vocabulary")
+        ids = np.zeros((len(batch), width), dtype=np.int64)
+        ids[np.arange(width) < lengths[:, None]] = flat
+        return torch.from_numpy(ids).to(self.device), torch.from_numpy(lengths).to(self.device)
 
     def decode_texts(self, texts: Sequence[str], tokenizer) -> list[DecodeResult]:
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise DecodeError(f"text {i} is empty")
-        ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        # verifier.lm's tokenizers offer the faster batch call (same ids); any HF tokenizer works too
+        encode = getattr(tokenizer, "encode_ids", None)
+        ids = encode(list(texts)) if encode else tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         return self.decode_ids(ids)
 
     # -- decoding ---------------------------------------------------------------------------
@@ -167,18 +177,28 @@ class Decoder:
                 return t.position
         raise DecodeError(f"unknown level-1 version {version}")
 
-    def _best_version(self, lv: int, per_version: list[tuple[KeyTable, torch.Tensor, torch.Tensor]]):
-        """(table, window scores, counts) of the key version with the smallest whole-text level p-value."""
+    def _decide_level(self, lv: int, per_version: list[tuple[KeyTable, torch.Tensor, torch.Tensor]]):
+        """Per text, (table, attribution) at the key version with the smallest whole-text level p-value.
+
+        `per_version`: (table, window scores [B, W, cells, C], counts [B, W, K]) for every version of level
+        `lv`; each text is decided at its own best version (the first on ties), texts sharing one in a batch."""
         per_value = self.profile.levels[lv - 1].per_value
-        best = None
-        for t, sc, counts in per_version:
-            seg_counts = counts.sum(0)
-            n = seg_counts.sum().view(1) if per_value else seg_counts
-            lp = _level_log_p(sc.sum(0), n, len(t.entries))
-            if best is None or lp < best[0]:
-                best = (lp, t, sc, counts)
-        assert best is not None
-        return best[1:]
+        b = per_version[0][1].shape[0]
+        if len(per_version) == 1:
+            choice = np.zeros(b, dtype=np.int64)
+        else:
+            choice = np.stack([whole_text_log_p(sc, cnt, per_value) for _, sc, cnt in per_version]).argmin(0)
+        out: list[tuple[KeyTable, Attribution]] = [None] * b  # type: ignore[list-item]
+        for k, (t, sc, cnt) in enumerate(per_version):
+            idx = np.flatnonzero(choice == k)
+            if not len(idx):
+                continue
+            sel = torch.from_numpy(idx)
+            atts = decide_batch(sc[sel], cnt[sel], per_value, len(per_version), self.alpha,
+                                self.profile.levels[lv - 1].key_bits)
+            for i, att in zip(idx.tolist(), atts, strict=True):
+                out[i] = (t, att)
+        return out
 
     def decode_ids(self, batch: Sequence[Sequence[int]]) -> list[DecodeResult]:
         if not batch:
@@ -186,24 +206,31 @@ class Decoder:
         ids, lengths = self.pad(batch)
         # Level 1 decides the position key: score every level-1 version with its own positions.
         per_v1 = {t.version: self._scores(ids, lengths, t.version, [(1, t)]) for t in self.tables[1]}
-        chosen = [
-            self._best_version(1, [(t, per_v1[t.version][0][0][i], per_v1[t.version][1][i]) for t in self.tables[1]])
-            for i in range(ids.shape[0])
-        ]
+        level1 = self._decide_level(1, [(t, per_v1[t.version][0][0], per_v1[t.version][1]) for t in self.tables[1]])
         deeper = [lv for lv in sorted(self.tables) if lv > 1]
         lts = [(lv, t) for lv in deeper for t in self.tables[lv]]
-        deep = {v: self._scores(ids, lengths, v, lts)[0] for v in {c[0].version for c in chosen}} if deeper else {}
-        results = []
-        for i, (t1, sc1, counts) in enumerate(chosen):
-            levels = [self._level_result(1, t1, sc1, counts, batch[i])]
+        # Deeper levels, scored under each text's level-1 position key: texts grouped by that version.
+        deep_levels: list[list[tuple[KeyTable, Attribution]]] = [[None] * len(batch) for _ in deeper]  # type: ignore[list-item]
+        for v in dict.fromkeys(t.version for t, _ in level1) if deeper else ():
+            group = [i for i, (t, _) in enumerate(level1) if t.version == v]
+            sel = torch.tensor(group)
+            scores = self._scores(ids[sel], lengths[sel], v, lts)[0]
+            counts = per_v1[v][1][sel]
             j = 0
-            for lv in deeper:
+            for d, lv in enumerate(deeper):
                 per_version = []
                 for t in self.tables[lv]:
-                    per_version.append((t, deep[t1.version][j][i], counts))
+                    per_version.append((t, scores[j], counts))
                     j += 1
-                t, sc, _ = self._best_version(lv, per_version)
-                levels.append(self._level_result(lv, t, sc, counts, batch[i]))
+                for i, r in zip(group, self._decide_level(lv, per_version), strict=True):
+                    deep_levels[d][i] = r
+        results = []
+        for i, (t1, att1) in enumerate(level1):
+            counts = per_v1[t1.version][1][i]
+            levels = [self._level_result(1, t1, att1, counts, batch[i])]
+            for d, lv in enumerate(deeper):
+                t, att = deep_levels[d][i]
+                levels.append(self._level_result(lv, t, att, counts, batch[i]))
             if levels[0].status == "undecodable" and levels[0].level in self.unavailable:
                 # Deeper levels hang on level 1's position key: without the version that made the text,
                 # their values are meaningless (their evidence stays in p_value).
@@ -261,13 +288,11 @@ class Decoder:
         return result, out
 
     def _level_result(
-        self, level: int, table: KeyTable, scores: torch.Tensor, counts: torch.Tensor, ids: Sequence[int]
+        self, level: int, table: KeyTable, att: Attribution, counts: torch.Tensor, ids: Sequence[int]
     ) -> LevelResult:
         prof = self.profile
         lv = prof.levels[level - 1]
         tried = len(self.tables[level])
-        ev = LevelEvidence(scores, counts, lv.per_value, tried)
-        att = decide(ev, self.alpha, lv.key_bits)
         seg_counts = [int(c) for c in counts.sum(0)]
         undecoded = [k for k, c in enumerate(seg_counts) if c == 0] if not lv.per_value else []
         status, reason = att.status, att.reason

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+from numpy.typing import ArrayLike
 from scipy import special
 
 LOG_TINY = -700.0  # below this, exp() underflows binary64
@@ -40,6 +42,8 @@ def log_max_pvalue(log_sf_one: float, candidates: int) -> float:
     if candidates == 1:
         return log_sf_one
     q = math.exp(log_sf_one) if log_sf_one > LOG_TINY else 0.0
+    if q >= 1.0:  # no evidence at all (log1p(-1) is undefined)
+        return 0.0
     if q == 0.0 or q < 1e-12:
         return math.log(candidates) + log_sf_one  # 1-(1-q)^M = Mq (1 - O(Mq))
     return math.log(-math.expm1(candidates * math.log1p(-q)))
@@ -59,3 +63,55 @@ def log_bonferroni(log_p: float, tries: int) -> float:
 
 def to_p(log_p: float) -> float:
     return math.exp(log_p) if log_p > LOG_TINY else 0.0
+
+
+# -- the same functions over arrays (a batch of texts, regions and cells at once) ----------------------------
+# Element for element they compute what the scalar functions above compute (tests/test_stats.py checks it):
+# the batch decision (engine/attribution.py) must not depend on how many texts share a call.
+
+
+def log_gamma_sf_array(n: ArrayLike, x: ArrayLike) -> np.ndarray:
+    """`log_gamma_sf` elementwise (n, x broadcast together)."""
+    n, x = np.broadcast_arrays(np.asarray(n, dtype=np.float64), np.asarray(x, dtype=np.float64))
+    out = np.zeros(n.shape)
+    live = (n > 0) & (x > 0)
+    if not live.any():
+        return out
+    nl, xl = n[live], x[live]
+    q = special.gammaincc(nl, xl)
+    res = np.empty_like(q)
+    ok = q > 1e-280
+    res[ok] = np.log(q[ok])
+    deep = ~ok
+    if deep.any():  # the asymptotic expansion, term by term as in the scalar loop
+        nd, xd = nl[deep], xl[deep]
+        term, total = np.ones_like(nd), np.ones_like(nd)
+        active = np.ones(nd.shape, dtype=bool)
+        for k in range(1, 60):
+            term = np.where(active, term * ((nd - k) / xd), term)
+            total = np.where(active, total + term, total)
+            active &= ~(np.abs(term) < 1e-17 * np.abs(total))
+            if not active.any():
+                break
+        res[deep] = (nd - 1) * np.log(xd) - xd - special.gammaln(nd) + np.log(np.maximum(total, 1e-300))
+    out[live] = res
+    return out
+
+
+def log_max_pvalue_array(log_sf_one: ArrayLike, candidates: int) -> np.ndarray:
+    """`log_max_pvalue` elementwise, for one number of candidates."""
+    lsf = np.asarray(log_sf_one, dtype=np.float64)
+    if candidates == 1:
+        return lsf.copy()
+    q = np.where(lsf > LOG_TINY, np.exp(np.maximum(lsf, LOG_TINY)), 0.0)
+    small = q < 1e-12
+    with np.errstate(divide="ignore"):
+        big = np.log(-np.expm1(candidates * np.log1p(-np.where(small, 0.0, q))))
+    return np.where(small, math.log(candidates) + lsf, big)
+
+
+def log_fisher_array(log_ps: ArrayLike, live: ArrayLike) -> np.ndarray:
+    """`log_fisher` per row over the entries where `live` ([N, m] each): log P of the combined statistic."""
+    lp = np.where(live, np.asarray(log_ps, dtype=np.float64), 0.0)
+    m = np.asarray(live).sum(axis=-1)
+    return log_gamma_sf_array(m, -lp.sum(axis=-1))

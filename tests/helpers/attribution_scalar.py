@@ -1,84 +1,28 @@
-"""Which value(s) of one level the evidence supports: status, value, candidates, spans, confidence.
-
-Input: a level's evidence summed per window of scored tokens (W windows; W = 1 under spec v1) and per
-cell (position segment, or the single cell of a per-value level). Decisions (docs/spec.md section 13):
-
-- The level p-value (whole text; Bonferroni over key versions) must be <= alpha, else `absent`.
-- Per-value level (v2 private): the maximum-likelihood value over all 2^b values is released when no
-  other value is significant on its own: the runner-up on the whole text, or the best value of any
-  prefix or suffix at a window boundary (2(W-1) regions), each tested with the max-of-2^b Gamma tail at
-  alpha / (2(W-1) + 1). A value no source carried has pure Exp(1) evidence everywhere, so it passes any
-  of these tests with probability <= alpha in total: a splice of two users yields `mixed` with both,
-  or one of them, never a third (up to alpha).
-- Segmented level (v1, v2 level 1): each segment's winner must be significant on its own at alpha / K
-  (Bonferroni over segments), so a wrong segment value is released with probability <= alpha; a
-  segment whose runner-up is also significant means two sources (`mixed`), and a value is released
-  only when no segment's runner-up is even weakly significant (p <= 1e-3), since segment winners of a
-  spliced text may come from different sources; prefixes and suffixes are decoded the same way
-  (thresholds also divided by the number of regions) to name the sources. Residual risk: a splice
-  whose minority source stays below both tests in one segment while winning another (spec 13.4).
-- Confidence = posterior probability that the released value is exactly right: uniform prior over the
-  values, every other value's score exactly Gamma(n, 1), the true value's approximately Normal(n m, v n)
-  with its mean evidence per token m integrated over a grid (not plugged in); segments share m.
+"""Oracle for tests: the attribution decision as it was written before it was batched (engine/attribution.py
+until f6e85fc), one region and one cell at a time with the scalar tails of engine/stats.py. The batched
+engine must give every text the verdict this gives it (tests/test_attribution_batch.py). Data types and
+constants are the engine's; the algorithm here is deliberately the old, independent one.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from verifier.engine import stats
-
-# Confidence model: a value no source carried scores Gamma(n, 1) (exact, the null); the true value's score
-# is approximately Normal(n m, v n), m its mean evidence per token (uniform prior on MEAN_GRID) and v the
-# per-token variance of the chosen token's evidence -log(1 - U), which lies between 1 (a certain token)
-# and pi^2/6 (a uniform choice among many), so v = 1.3.
-MEAN_GRID = torch.linspace(1.0, 10.0, 91, dtype=torch.float64)
-TRUE_VARIANCE = 1.3
-# A segmented value (whole text or a region) is released only if no segment's runner-up has p <= 1e-3:
-# a weakly supported second value in one segment may mean the winners come from two sources. Costs
-# about K x 1e-3 of single-source releases (a null runner-up's p-value is uniform).
-LOG_QUIET = math.log(1e-3)
-
-
-@dataclass(frozen=True)
-class LevelEvidence:
-    """One level at one key version: scores [W, cells, C] float64 and counts [W, K] int64 (CPU)."""
-
-    scores: Tensor
-    counts: Tensor
-    per_value: bool
-    versions: int = 1
-
-
-@dataclass(frozen=True)
-class Candidate:
-    value: int
-    log_p: float
-    tokens: int
-
-
-@dataclass(frozen=True)
-class Span:
-    start: int  # scored-token rank, inclusive
-    end: int  # exclusive
-    value: int
-
-
-@dataclass
-class Attribution:
-    status: str  # decoded | absent | mixed | undecodable
-    log_p: float  # the level's whole-text p-value (log), versions included
-    value: int | None = None  # whole level value (segments concatenated, segment 0 most significant)
-    confidence: float = 0.0
-    bit_confidence: list[float | None] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
-    reason: str | None = None
-    most_likely: int | None = None  # whole-text argmax value, supported or not (evaluation only)
+from verifier.engine.attribution import (
+    LOG_QUIET,
+    MEAN_GRID,
+    TRUE_VARIANCE,
+    Attribution,
+    Candidate,
+    LevelEvidence,
+    _join,
+    _spans,
+)
 
 
 @dataclass(frozen=True)
@@ -116,13 +60,6 @@ def _region(ev: LevelEvidence, lo: int, hi: int) -> _Region:
         lp1.append(stats.log_max_pvalue(stats.log_gamma_sf(nk, float(top.values[k, 0])), c))
         lp2.append(stats.log_max_pvalue(stats.log_gamma_sf(nk, float(top.values[k, 1])), c - 1) if c > 1 else 0.0)
     return _Region(lo, hi, s, n, winners, lp1, lp2)
-
-
-def _join(winners: list[int], bits: int) -> int:
-    v = 0
-    for w in winners:
-        v = (v << bits) | w
-    return v
 
 
 def _log_lr(scores: Tensor, n: Tensor) -> Tensor:
@@ -231,7 +168,7 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> A
             return Attribution("mixed", level_lp, reason=(
                 "two or more sources: some segments carry two supported values; a segmented level cannot "
                 "attribute whole values to them"))
-        return Attribution("mixed", level_lp, candidates=ranked, spans=_spans(by_region, windows, ev),
+        return Attribution("mixed", level_lp, candidates=ranked, spans=_spans(by_region, windows, int(ev.counts.sum())),
                            reason="two or more values are each supported by their own evidence")
     if not ranked:
         weak = [k for k, (lp, n) in enumerate(zip(full.log_p1, full.n.tolist(), strict=True))
@@ -245,21 +182,3 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> A
     conf, marg = posterior(source.scores, source.n, source.winners)
     return Attribution("decoded", level_lp, value=value, confidence=conf,
                        bit_confidence=_bit_confidence(marg, source.n, source.winners, cell_bits))
-
-
-def _spans(by_region: dict[tuple[int, int], tuple[int, float]], windows: int, ev: LevelEvidence) -> list[Span]:
-    """One change point: the window boundary whose prefix and suffix name two different values with the
-    strongest joint evidence (smallest sum of their log p-values)."""
-    n = int(ev.counts.sum())
-    best = None
-    for j in range(1, windows):
-        a, b = by_region.get((0, j)), by_region.get((j, windows))
-        if a is None or b is None or a[0] == b[0]:
-            continue
-        if best is None or a[1] + b[1] < best[0]:
-            best = (a[1] + b[1], j, a[0], b[0])
-    if best is None:
-        return []
-    _, j, a, b = best
-    cut = -(-j * n // windows)  # first scored rank of window j: ceil(j n / W)
-    return [Span(0, cut, a), Span(cut, n, b)]

@@ -14,6 +14,7 @@ from scipy import stats as sps
 
 from tests.helpers.keys import make_keyset
 from tests.helpers.synthetic import generate
+from verifier.engine.availability import _missing_levels
 from verifier.engine.decoder import Decoder
 from verifier.engine.generation import HeroLogitsProcessor
 from verifier.engine.keys import KeySet
@@ -184,6 +185,8 @@ def test_result_shapes_through_to_dict(keys, decoder):
         assert set(d) >= {"watermarked", "p_value", "levels", "flags", "spec_version", "tokens_scored"}
         for lv in d["levels"]:
             assert set(lv) >= {"level", "status", "fields", "candidates", "spans", "confidence", "p_value"}
+    gone = _missing_levels({2: "l2-v1 destroyed"})[0]  # a level with no usable key: fields None
+    assert gone.to_dict() == {k: v for k, v in dataclasses.asdict(gone).items() if k != "most_likely"}
     lv = mixed.to_dict()["levels"][1]
     assert lv["status"] == "mixed" and lv["fields"] == {"level2": None}
     assert {tuple(c) for c in lv["candidates"]} == {("fields", "p_value", "tokens")}

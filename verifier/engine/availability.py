@@ -65,7 +65,7 @@ def make_decoder(
 def _missing_levels(missing: Mapping[int, str]) -> list[LevelResult]:
     return [
         LevelResult(
-            level=level, key_version=None, fields=None, confidence=0.0, p_value=1.0,  # type: ignore[arg-type]
+            level=level, key_version=None, fields=None, confidence=0.0, p_value=1.0,
             log10_p_value=0.0, bit_confidence=[], segment_tokens=[], undecoded_segments=[], versions_tried=0,
             status="undecodable", reason=reason,
         )

@@ -36,7 +36,7 @@ class DecodeError(ValueError):
 class LevelResult:
     level: int
     key_version: str | None
-    fields: dict[str, int | None]
+    fields: dict[str, int | None] | None  # None: a level with no usable key version (engine/availability.py)
     confidence: float  # probability that the released value is exactly right (0.0 when none is released)
     p_value: float
     log10_p_value: float
@@ -55,7 +55,8 @@ class LevelResult:
     def to_dict(self) -> dict:
         """Plain data for release: every field but `most_likely`."""
         return {
-            "level": self.level, "key_version": self.key_version, "fields": dict(self.fields),
+            "level": self.level, "key_version": self.key_version,
+            "fields": None if self.fields is None else dict(self.fields),  # None: a level with no usable key
             "confidence": self.confidence, "p_value": self.p_value, "log10_p_value": self.log10_p_value,
             "bit_confidence": list(self.bit_confidence), "segment_tokens": list(self.segment_tokens),
             "undecoded_segments": list(self.undecoded_segments), "versions_tried": self.versions_tried,

@@ -79,7 +79,13 @@ def test_human_and_unwatermarked_texts_release_nothing(keys, decoder):
     human = rng.integers(0, PROFILE.vocab_size, size=(300, N)).tolist()
     plain = generate(PROFILE, keys, _payloads(random.Random(2), 100), N, seed=12, watermark=False).tolist()
     res = decoder.decode_ids(human + plain)
-    for r in res:
+    # alpha = 1e-4 per text and level is the designed false-positive rate: over 400 texts and two levels
+    # one false positive occurs in ~8 % of runs; three or more in < 1e-4 of runs.
+    flagged = {i for i, r in enumerate(res) if r.watermarked or any(lv.status != "absent" for lv in r.levels)}
+    assert len(flagged) <= 2
+    for i, r in enumerate(res):
+        if i in flagged:
+            continue
         assert not r.watermarked and r.flags == []
         for lv in r.levels:
             assert lv.status == "absent" and set(lv.fields.values()) == {None}

@@ -101,3 +101,30 @@ def test_array_tails_equal_the_scalar_tails():
     live = rng.random((500, 6)) < 0.8
     assert np.allclose(stats.log_fisher_array(lps, live),
                        [stats.log_fisher(list(r[m])) for r, m in zip(lps, live, strict=True)], rtol=1e-12, atol=0)
+
+
+def test_a_texts_result_is_bit_identical_whatever_shares_its_batch():
+    """Celery workers, the in-process drain and the /v1/verify micro-batcher batch texts differently: each
+    text's released figures (p-values, confidences) must not change in the last bit with its neighbours."""
+    from tests.helpers.keys import make_keyset
+    from tests.helpers.synthetic import generate
+    from verifier.engine.decoder import Decoder
+    from verifier.engine.profile import make_profile
+
+    profile = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), spec_version=2)
+    keys = make_keyset(profile, 3)
+    decoder = Decoder(profile, {1: [keys.tables[0]], 2: [keys.tables[1]]})
+    rng = np.random.default_rng(5)
+    pays = [{"level1": int(rng.integers(4096)), "level2": int(rng.integers(4096))} for _ in range(24)]
+    marked = generate(profile, keys, pays, 120, seed=9)
+    texts = [row[: int(rng.integers(20, 120))].tolist() for row in marked]
+    texts += [marked[0, :60].tolist() + marked[1, 60:].tolist()]  # a splice: mixed
+    texts += rng.integers(0, profile.vocab_size, size=(4, 80)).tolist()  # unmarked
+    together = [r.to_dict() for r in decoder.decode_ids(texts)]
+    assert {lv["status"] for r in together for lv in r["levels"]} >= {"decoded", "absent", "mixed"}
+    order = rng.permutation(len(texts))
+    shuffled = [r.to_dict() for r in decoder.decode_ids([texts[i] for i in order])]
+    for pos, i in enumerate(order):
+        assert shuffled[pos] == together[i]
+    for i in range(0, len(texts), 5):
+        assert decoder.decode_ids([texts[i]])[0].to_dict() == together[i]

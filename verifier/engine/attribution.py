@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from scipy import special
 from torch import Tensor
 
 from verifier.engine import stats
@@ -86,7 +87,7 @@ class Attribution:
 class _Regions:
     """Statistics of N regions at once (arrays [N, cells]; one row per region)."""
 
-    scores: Tensor  # [N, cells, C]
+    scores: np.ndarray  # [N, cells, C]
     n: np.ndarray  # scored tokens per cell
     winners: np.ndarray
     runners: np.ndarray  # the runner-up value per cell (the winner's when C = 1)
@@ -95,13 +96,12 @@ class _Regions:
     level_log_p: np.ndarray  # [N]: Fisher over the cells with tokens
 
 
-def _regions(s: Tensor, n: Tensor) -> _Regions:
-    """`s` [N, cells, C] summed scores, `n` [N, cells] scored tokens: every region's tails in one pass."""
+def _regions(s: np.ndarray, nn: np.ndarray) -> _Regions:
+    """`s` [N, cells, C] summed scores, `nn` [N, cells] scored tokens: every region's tails in one pass."""
     c = s.shape[-1]
-    top = s.topk(min(2, c), dim=-1)
+    top = torch.from_numpy(s).topk(min(2, c), dim=-1)  # no arithmetic: a row's result is its own
     vals = top.values.numpy()
     idx = top.indices.numpy()
-    nn = n.numpy()
     live = nn > 0
     lp1 = np.where(live, stats.log_max_pvalue_array(stats.log_gamma_sf_array(nn, vals[..., 0]), c), 0.0)
     if c > 1:
@@ -117,7 +117,7 @@ class _Region:
 
     lo: int  # windows [lo, hi)
     hi: int
-    scores: Tensor  # [cells, C]
+    scores: np.ndarray  # [cells, C]
     n: list[int]
     winners: list[int]
     log_p1: list[float]
@@ -142,58 +142,75 @@ def _join(winners: list[int], bits: int) -> int:
     return v
 
 
-def _log_lr(scores: Tensor, n: Tensor) -> Tensor:
+def _log_lr(scores: np.ndarray, n: np.ndarray) -> np.ndarray:
     """log [N(S; n m, v n) / Gamma(n, 1) density at S] for every mean m of MEAN_GRID: [G, *scores.shape].
     `n` has the shape of `scores` without its last (value) axis, and no zeros."""
-    nk = n.to(torch.float64).unsqueeze(-1).unsqueeze(0)
-    s = scores.unsqueeze(0)
-    m = MEAN_GRID.view(-1, *([1] * scores.dim()))
-    log_normal = -0.5 * (s - nk * m) ** 2 / (TRUE_VARIANCE * nk) - 0.5 * torch.log(2 * math.pi * TRUE_VARIANCE * nk)
-    log_gamma = (nk - 1) * torch.log(s.clamp_min(1e-300)) - s - torch.lgamma(nk)
+    nk = n.astype(np.float64)[None, ..., None]
+    s = scores[None]
+    m = _GRID.reshape(-1, *([1] * scores.ndim))
+    log_normal = -0.5 * (s - nk * m) ** 2 / (TRUE_VARIANCE * nk) - 0.5 * np.log(2 * math.pi * TRUE_VARIANCE * nk)
+    log_gamma = (nk - 1) * np.log(np.maximum(s, 1e-300)) - s - special.gammaln(nk)
     return log_normal - log_gamma
 
 
+_GRID = MEAN_GRID.numpy()
 # Texts per posterior call: bounds the [G, texts, cells, C] arrays to ~2^21 entries (16 MB each).
 POSTERIOR_ENTRIES = 1 << 21
 
 
-def posterior_batch(scores: Tensor, n: Tensor, winners: Tensor) -> tuple[Tensor, Tensor]:
+def posterior_batch(scores: np.ndarray, n: np.ndarray, winners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per text, (P[value == winners], per-cell marginals [cells, C]) for scores [D, cells, C], scored tokens
-    n [D, cells] and winners [D, cells]; cells without tokens are left out (uniform marginals)."""
+    n [D, cells] and winners [D, cells]; cells without tokens are left out (uniform marginals).
+
+    numpy, single-threaded, every reduction along a fixed axis: a text's figures are bit for bit the same
+    whatever else is in the batch (torch may split a reduction across threads by shape)."""
     d, cells, c = scores.shape
-    step = max(1, POSTERIOR_ENTRIES // (MEAN_GRID.numel() * cells * c))
+    step = max(1, POSTERIOR_ENTRIES // (_GRID.size * cells * c))
     if d > step:
         parts = [posterior_batch(scores[i : i + step], n[i : i + step], winners[i : i + step])
                  for i in range(0, d, step)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     live = n > 0
-    logits = _log_lr(scores, torch.where(live, n, 1))  # [G, D, cells, C]
-    log_z = torch.logsumexp(logits, dim=3)  # [G, D, cells]
+    logits = _log_lr(scores, np.where(live, n, 1))  # [G, D, cells, C]
+    top = logits.max(axis=3, keepdims=True)
+    log_z = top[..., 0] + np.log(np.exp(logits - top).sum(axis=3))  # [G, D, cells]
     # posterior over the mean (uniform prior on the grid), from the live cells only
-    w = torch.softmax(((log_z - math.log(c)) * live).sum(2), 0)  # [G, D]
-    log_post = logits - log_z.unsqueeze(3)
-    g = log_post.shape[0]
-    picked = log_post.gather(3, winners.view(1, d, cells, 1).expand(g, -1, -1, 1)).squeeze(3)  # [G, D, cells]
-    joint = (picked * live).sum(2)  # [G, D]
-    conf = torch.where(live.any(1), (w * joint.exp()).sum(0).clamp(max=1.0), 0.0)
-    marg = (w.view(g, d, 1, 1) * log_post.exp()).sum(0)
-    return conf, torch.where(live.unsqueeze(2), marg, 1.0 / c)
+    a = ((log_z - math.log(c)) * live).sum(axis=2)  # [G, D]
+    w = np.exp(a - a.max(axis=0))
+    w /= _sum0(w)
+    log_post = logits - log_z[..., None]
+    picked = np.take_along_axis(log_post, np.broadcast_to(winners[None, :, :, None], (_GRID.size, d, cells, 1)),
+                                axis=3)[..., 0]  # [G, D, cells]
+    joint = (picked * live).sum(axis=2)  # [G, D]
+    conf = np.where(live.any(axis=1), np.minimum(_sum0(w * np.exp(joint)), 1.0), 0.0)
+    marg = _sum0(w[:, :, None, None] * np.exp(log_post))
+    return conf, np.where(live[..., None], marg, 1.0 / c)
+
+
+def _sum0(x: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 in index order. numpy sums a 1-D run pairwise but a batch of runs term by term, so a
+    plain .sum(axis=0) of a one-text batch can differ in the last bit from the same text among others."""
+    acc = x[0].copy()
+    for row in x[1:]:
+        acc += row
+    return acc
 
 
 def posterior(scores: Tensor, n: Tensor, winners: list[int]) -> tuple[float, Tensor]:
     """One text's (P[value == winners], per-cell marginals [cells, C]); see the module docstring."""
-    conf, marg = posterior_batch(scores.unsqueeze(0), n.view(1, -1), torch.tensor([winners]))
-    return float(conf[0]), marg[0]
+    conf, marg = posterior_batch(scores.numpy()[None], n.numpy().reshape(1, -1), np.array([winners]))
+    return float(conf[0]), torch.from_numpy(marg[0])
 
 
-def _bit_confidence(marg: Tensor, n: Tensor, winners: Tensor, bits: int) -> list[list[float | None]]:
+def _bit_confidence(marg: np.ndarray, n: np.ndarray, winners: np.ndarray, bits: int) -> list[list[float | None]]:
     """Per text and cell, most significant bit first: the posterior mass of the values that share that bit
     with the winner (None for a cell without tokens). marg [D, cells, C], n and winners [D, cells]."""
-    shifts = torch.arange(bits - 1, -1, -1)
-    cand_bits = (torch.arange(marg.shape[2]).unsqueeze(1) >> shifts) & 1  # [C, bits]
-    win_bits = (winners.unsqueeze(2) >> shifts) & 1  # [D, cells, bits]
-    agree = cand_bits.view(1, 1, *cand_bits.shape) == win_bits.unsqueeze(2)  # [D, cells, C, bits]
-    mass = (marg.unsqueeze(3) * agree).sum(2).tolist()  # [D, cells, bits]
+    shifts = np.arange(bits - 1, -1, -1)
+    cand_bits = (np.arange(marg.shape[2])[:, None] >> shifts) & 1  # [C, bits]
+    win_bits = (winners[..., None] >> shifts) & 1  # [D, cells, bits]
+    agree = cand_bits.T[None, None] == win_bits[..., None]  # [D, cells, bits, C]
+    # summed along the last (contiguous) axis, row by row: a text's figures do not depend on its batch
+    mass = np.ascontiguousarray(marg[:, :, None, :] * agree).sum(axis=3).tolist()  # [D, cells, bits]
     live = (n > 0).tolist()
     return [[x for k, ok in enumerate(row) for x in (mass[i][k] if ok else [None] * bits)]
             for i, row in enumerate(live)]
@@ -208,9 +225,19 @@ def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
 def whole_text_log_p(scores: Tensor, counts: Tensor, per_value: bool) -> np.ndarray:
     """Per text [B], the level's whole-text log p-value at one key version (no correction for versions):
     Fisher over the cells with tokens of each cell's max-of-C tail. Picks the version that made a text."""
-    b = scores.shape[0]
-    n = counts.sum((1, 2)).view(b, 1) if per_value else counts.sum(1)
-    return _regions(scores.sum(1), n).level_log_p
+    s, c = scores.numpy(), counts.numpy()
+    return _regions(_window_sum(s), _cell_tokens(c, per_value)).level_log_p
+
+
+def _window_sum(x: np.ndarray) -> np.ndarray:
+    """Sum over the window axis (1), window 0 first: a fixed order, so a text's sums never depend on its batch."""
+    return _sum0(np.moveaxis(x, 1, 0))
+
+
+def _cell_tokens(counts: np.ndarray, per_value: bool) -> np.ndarray:
+    """Scored tokens per cell [B, cells] from counts [B, W, K]: per segment, or all of them (per-value)."""
+    n = _window_sum(counts)
+    return n.sum(axis=1, keepdims=True) if per_value else n
 
 
 # Texts whose prefix/suffix regions are examined together: bounds the [texts, 2(W-1), cells, C] arrays
@@ -225,9 +252,9 @@ def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int,
     The tails of every text's whole-text region, and of the prefix/suffix regions of the texts that pass
     the level test, are computed as arrays; only the small per-text decision is Python. Each text's
     result is the one it gets alone."""
+    scores, counts = scores.numpy(), counts.numpy()
     b, windows = scores.shape[0], scores.shape[1]
-    full_n = counts.sum((1, 2)).view(b, 1) if per_value else counts.sum(1)
-    full = _regions(scores.sum(1), full_n)
+    full = _regions(_window_sum(scores), _cell_tokens(counts, per_value))
     log_v = math.log(max(versions, 1))
     log_alpha = math.log(alpha)
     level_lp = np.minimum(0.0, full.level_log_p + log_v)
@@ -256,8 +283,8 @@ def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int,
                 decoded.append((i, source))
     if decoded:  # confidence of every released value, one batched posterior
         src = [r for _, r in decoded]
-        n, winners = torch.tensor([r.n for r in src]), torch.tensor([r.winners for r in src])
-        conf, marg = posterior_batch(torch.stack([r.scores for r in src]), n, winners)
+        n, winners = np.array([r.n for r in src]), np.array([r.winners for r in src])
+        conf, marg = posterior_batch(np.stack([r.scores for r in src]), n, winners)
         for (i, _), cf, bc in zip(decoded, conf.tolist(), _bit_confidence(marg, n, winners, cell_bits), strict=True):
             out[i].confidence, out[i].bit_confidence = cf, bc
     for i, att in enumerate(out):
@@ -266,16 +293,22 @@ def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int,
     return out
 
 
-def _scan(scores: Tensor, counts: Tensor, per_value: bool):
-    """The prefix [0, j) and suffix [j, W) regions (j = 1..W-1) of each text: text index -> its rows."""
+def _scan(scores: np.ndarray, counts: np.ndarray, per_value: bool):
+    """The prefix [0, j) and suffix [j, W) regions (j = 1..W-1) of each text: text index -> its rows.
+    Prefixes add windows from the first, suffixes from the last (fixed orders, as `_window_sum`)."""
     b, windows = scores.shape[0], scores.shape[1]
-    pre_s, pre_c = scores.cumsum(1)[:, :-1], counts.cumsum(1)[:, :-1]  # [b, W-1, ...]: windows [0, j)
-    suf_s = scores.flip(1).cumsum(1).flip(1)[:, 1:]  # windows [j, W)
-    suf_c = counts.flip(1).cumsum(1).flip(1)[:, 1:]
-    s = torch.cat([pre_s, suf_s], 1)  # [b, R, cells, C], R = 2(W-1)
-    c = torch.cat([pre_c, suf_c], 1)  # [b, R, K]
+    pre_s, pre_c = [scores[:, 0].copy()], [counts[:, 0].copy()]
+    for w in range(1, windows - 1):
+        pre_s.append(pre_s[-1] + scores[:, w])
+        pre_c.append(pre_c[-1] + counts[:, w])
+    suf_s, suf_c = [scores[:, -1].copy()], [counts[:, -1].copy()]
+    for w in range(windows - 2, 0, -1):
+        suf_s.append(suf_s[-1] + scores[:, w])
+        suf_c.append(suf_c[-1] + counts[:, w])
+    s = np.stack(pre_s + suf_s[::-1], axis=1)  # [b, R, cells, C], R = 2(W-1): [0,1)..[0,W-1), [1,W)..[W-1,W)
+    c = np.stack(pre_c + suf_c[::-1], axis=1)  # [b, R, K]
     r = s.shape[1]
-    n = c.sum(2, keepdim=True) if per_value else c
+    n = c.sum(axis=2, keepdims=True) if per_value else c
     stats_ = _regions(s.reshape(b * r, *s.shape[2:]), n.reshape(b * r, -1))
     bounds = [(0, j) for j in range(1, windows)] + [(j, windows) for j in range(1, windows)]
 

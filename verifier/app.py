@@ -194,6 +194,7 @@ def create_app(
         overrides={"/v1/jobs": settings.job_max_body_bytes},
         unauth_limit=settings.unauth_max_body_bytes,
         authenticate=_authenticator(ctx),
+        recall=ctx.tokens.cached,
     )
     app.add_middleware(AccessLogMiddleware)
     return app

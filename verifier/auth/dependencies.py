@@ -28,6 +28,8 @@ async def current_principal(
         raise Unauthorized("missing bearer token")
     claims = getattr(request.state, "hero_claims", None)  # checked by the body guard before the body was read
     if claims is None:
+        claims = ctx.tokens.cached(creds.credentials)  # verified before and still valid: no thread hop
+    if claims is None:
         try:
             claims = await run_in_threadpool(ctx.tokens.verify, creds.credentials)
         except AuthError as exc:

@@ -208,7 +208,10 @@ def create_app(
 
 def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env (also each `hero serve --workers N`)
     """The app from the environment, its tokenizer loaded now: a worker's first request must not pay for it."""
+    from verifier.cli.service import freeze_startup_heap
+
     app = create_app(get_settings())
     ctx = app.state.ctx
     ctx.tokenizers(ctx.profile.tokenizer)
+    freeze_startup_heap()
     return app

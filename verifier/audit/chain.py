@@ -4,7 +4,7 @@ transparency log, whose leaf data is the same canonical JSON)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from verifier.audit.models import AuditEventRow
 from verifier.audit.transparency import canonical
@@ -44,6 +44,7 @@ class AppendedEvent:
     detail: str | None
     prev_hash: str
     hash: str
+    leaf_data: bytes | None = field(default=None, repr=False)  # canonical(row_fields): hashed twice, built once
 
 
 def row_fields(row: AuditEventRow | AppendedEvent) -> dict[str, object]:
@@ -51,4 +52,9 @@ def row_fields(row: AuditEventRow | AppendedEvent) -> dict[str, object]:
 
 
 def compute_hash(prev_hash: str, fields: dict[str, object]) -> str:
-    return hashlib.sha256(prev_hash.encode() + b"\n" + canonical(fields)).hexdigest()
+    return hash_canonical(prev_hash, canonical(fields))
+
+
+def hash_canonical(prev_hash: str, data: bytes) -> str:
+    """`compute_hash` given the canonical JSON of the fields already (the append path also hashes it as a leaf)."""
+    return hashlib.sha256(prev_hash.encode() + b"\n" + data).hexdigest()

@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 
 from verifier.audit import log as tlog
 from verifier.audit import repository as repo
-from verifier.audit.chain import GENESIS, HASHED_FIELDS, AppendedEvent, compute_hash, row_fields
+from verifier.audit.chain import GENESIS, HASHED_FIELDS, AppendedEvent, compute_hash, hash_canonical, row_fields
 from verifier.audit.models import AuditEventRow
+from verifier.audit.transparency import canonical
 from verifier.audit.verification import ChainReport, verify_chain
 from verifier.db import Database
 from verifier.errors import Unavailable
@@ -91,7 +92,8 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
             prev_hash=prev,
             hash="",
         )
-        row.hash = compute_hash(prev, row_fields(row))
+        row.leaf_data = canonical(row_fields(row))
+        row.hash = hash_canonical(prev, row.leaf_data)
         prev = row.hash
         rows.append(row)
     repo.insert_events(s, rows)  # one executemany; the returned rows are plain (detached) objects

@@ -124,7 +124,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     workers, warning = resolve_workers(args.workers, settings)
     if warning:
         log.warning(warning)
-    log.info("serving", extra={"workers": workers})
+    log.info(f"serving with {workers} worker process{'es' if workers > 1 else ''}", extra={"workers": workers})
     if workers > 1:  # each worker builds its own app from the environment (uvicorn factory)
         target, factory = "verifier.app:app_from_env", True
     else:

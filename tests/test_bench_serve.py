@@ -32,3 +32,25 @@ def test_bench_serve_prints_one_json_line(capsys, generator):
     assert d["errors"] == 0 and d["texts_per_s"] > 0 and d["p99_ms"] >= d["p50_ms"] > 0
     assert d["generator"] == generator and d["texts_per_request"] == 2 and d["role"] == "moderator"
     assert d["tokenizer_tokens_per_s"] > d["tokens_per_s"] > 0
+
+
+def test_server_source_runs_that_checkouts_code(tmp_path, monkeypatch):
+    """`python -m` puts the working directory ahead of PYTHONPATH, so the server and its set-up commands must
+    run inside --server-source, or a bench started in one checkout silently serves that checkout's code."""
+    import subprocess
+
+    from verifier.cli import bench_serve
+
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append((kw.get("cwd"), kw["env"].get("PYTHONPATH")))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    src = tmp_path / "other-checkout"
+    src.mkdir()
+    args = bench_serve.argparse.Namespace(server_source=str(src), profile=None, server_env=[], role="moderator")
+    with pytest.raises(RuntimeError, match="stop here"):
+        bench_serve._run(args, tmp_path, None, None)
+    assert seen == [(str(src.resolve()), str(src.resolve()))]

@@ -31,6 +31,8 @@ from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
 from verifier.providers.endpoints import router as providers_router
 from verifier.settings import Settings, get_settings
 from verifier.verify.endpoints import router as verify_router
+from verifier.verify.fastpath import PATH as FAST_PATH
+from verifier.verify.fastpath import VerifyFastPath
 from verifier.verify.runner import DecodeRunner
 
 log = logging.getLogger("hero.app")
@@ -188,12 +190,17 @@ def create_app(
     _ops_routes(app, settings)
     for router in (verify_router, jobs_router, keys_router, audit_router, console_router, providers_router):
         app.include_router(router)
+    if settings.verify_fast_path:  # inside the body guard: runs on authenticated, fully read requests only
+        route = next((r for r in verify_router.routes if getattr(r, "path", None) == FAST_PATH
+                      and "POST" in getattr(r, "methods", ())), None)
+        app.add_middleware(VerifyFastPath, ctx=ctx, handlers=app.exception_handlers, route=route)
     app.add_middleware(
         BodyGuardMiddleware,
         limit=settings.max_body_bytes,
         overrides={"/v1/jobs": settings.job_max_body_bytes},
         unauth_limit=settings.unauth_max_body_bytes,
         authenticate=_authenticator(ctx),
+        recall=ctx.tokens.cached,
     )
     app.add_middleware(AccessLogMiddleware)
     return app
@@ -201,7 +208,10 @@ def create_app(
 
 def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env (also each `hero serve --workers N`)
     """The app from the environment, its tokenizer loaded now: a worker's first request must not pay for it."""
+    from verifier.cli.service import freeze_startup_heap
+
     app = create_app(get_settings())
     ctx = app.state.ctx
     ctx.tokenizers(ctx.profile.tokenizer)
+    freeze_startup_heap()
     return app

@@ -1,7 +1,8 @@
 """Pure-ASGI middleware: authenticate-then-read body guard (401/413/400), request logging + metrics.
 
 The guard runs before any route code: a request that carries a body is authenticated first (token
-checked in a worker thread, JWKS fetches never block the loop), and only then is its body read, counting
+checked in a worker thread, JWKS fetches never block the loop; a token already verified and still valid
+is recalled on the loop, no thread hop), and only then is its body read, counting
 bytes as they stream in and stopping at the limit that applies (per path for authenticated callers,
 HERO_UNAUTH_MAX_BODY_BYTES otherwise; /v1 routes read nothing at all from an unauthenticated caller).
 Bodies must be UTF-8 (RFC 8259 §8.1): anything else is a 400 before JSON parsing.
@@ -28,6 +29,8 @@ OFFLOOP_BYTES = 256 * 1024  # JSON bodies above this are parsed in a worker thre
 
 # authenticate(token) -> (claims, None) or (None, reason). Blocking: called in a worker thread.
 Authenticator = Callable[[str | None], tuple[Any, str | None]]
+# recall(token) -> claims of a token already verified and still valid, else None. Never blocks: called on the loop.
+Recall = Callable[[str], Any]
 
 
 def method_label(method: str) -> str:
@@ -68,8 +71,10 @@ class BodyGuardMiddleware:
         overrides: dict[str, int] | None = None,
         unauth_limit: int = 1024,
         protected_prefix: str = "/v1/",
+        recall: Recall | None = None,
     ) -> None:
         self.app = app
+        self.recall = recall
         self.limit = limit
         self.authenticate = authenticate
         self.overrides = dict(overrides or {})  # exact path -> limit (e.g. /v1/jobs takes corpora)
@@ -93,9 +98,12 @@ class BodyGuardMiddleware:
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         token = _bearer(headers)
-        claims, why = (None, "missing bearer token") if token is None else await anyio.to_thread.run_sync(
-            self.authenticate, token
-        )
+        claims = self.recall(token) if token is not None and self.recall is not None else None
+        why = None
+        if claims is None:  # not verified before: the full check, in a worker thread (a JWKS fetch may wait)
+            claims, why = (None, "missing bearer token") if token is None else await anyio.to_thread.run_sync(
+                self.authenticate, token
+            )
         if claims is None and path.startswith(self.protected_prefix):
             BODY_REJECTIONS.labels("unauthenticated").inc()
             return await _send_json(send, 401, why or "invalid token", [(b"www-authenticate", b"Bearer")])

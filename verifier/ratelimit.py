@@ -150,6 +150,11 @@ class RateLimiter:
             raise RateLimited(over, max(1, int(end - now + 0.999)))
 
 
+def shared_counter_url(settings) -> str | None:
+    """The Redis URL every API process shares its quota counters through, or None (counters in process memory)."""
+    return settings.rate_limit_url or (settings.broker_url if (settings.broker_url or "").startswith("redis") else None)
+
+
 def make_rate_limiter(settings) -> RateLimiter:
-    url = settings.rate_limit_url or (settings.broker_url if (settings.broker_url or "").startswith("redis") else None)
+    url = shared_counter_url(settings)
     return RateLimiter(RedisCounter(url) if url else MemoryCounter())

@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     # SQLite commits: FULL fsyncs every commit (survives power loss); NORMAL survives a process crash only
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
     verify_batching: bool = True
+    verify_fast_path: bool = True  # well-formed POST /v1/verify answered without FastAPI routing (verify/fastpath.py)
     verify_batch_window_ms: float = Field(default=1.0, ge=0, le=100)
     verify_batch_max_texts: int = Field(default=256, ge=1)
     rate_limit_url: str | None = None  # redis://... shared quota counters; default: the broker if Redis, else memory

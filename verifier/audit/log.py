@@ -19,7 +19,7 @@ from verifier.audit import repository as repo
 from verifier.audit.chain import row_fields
 from verifier.audit.models import AuditEventRow, CheckpointRow
 from verifier.audit.signer import LogSigner
-from verifier.audit.transparency import TreeView, event_leaf, make_receipt, new_parents
+from verifier.audit.transparency import TreeView, event_leaf, leaf_hash, make_receipt, new_parents
 
 
 class LogCorrupt(RuntimeError):
@@ -79,7 +79,8 @@ def extend(s: Session, rows: Sequence[AuditEventRow]) -> None:
     get = _getter(s, cache, remember=True)
     nodes = []
     for row in rows:
-        leaf = event_leaf(event_fields(row))
+        data = getattr(row, "leaf_data", None)  # set by the append path: the same canonical bytes its hash used
+        leaf = leaf_hash(data) if data is not None else event_leaf(event_fields(row))
         new = [(0, row.idx - 1, leaf), *new_parents(get, 0, row.idx - 1, leaf)]
         for lv, i, h in new:
             cache[(lv, i)] = h

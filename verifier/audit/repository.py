@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from sqlalchemy import or_, select, text
 from sqlalchemy.orm import Session
 
+from verifier.audit.chain import AppendedEvent
 from verifier.audit.models import AuditEventRow, AuditTreeNodeRow, CheckpointRow
 
 # Arbitrary constant naming the audit chain's advisory lock on PostgreSQL.
@@ -27,17 +28,22 @@ def head(s: Session) -> AuditEventRow | None:
     return s.scalars(select(AuditEventRow).order_by(AuditEventRow.idx.desc()).limit(1)).first()
 
 
+_HEAD_SQL = "SELECT idx, hash FROM hero_audit_events ORDER BY idx DESC LIMIT 1"
+_LATEST_CHECKPOINT_SQL = "SELECT size, note, created_at FROM hero_audit_checkpoints ORDER BY size DESC LIMIT 1"
+assert AuditEventRow.__tablename__ in _HEAD_SQL and CheckpointRow.__tablename__ in _LATEST_CHECKPOINT_SQL
+
+
 def head_ref(s: Session) -> tuple[int, str] | None:
-    """(idx, hash) of the newest event: what an append chains on, without loading the row."""
-    q = select(AuditEventRow.idx, AuditEventRow.hash).order_by(AuditEventRow.idx.desc()).limit(1)
-    r = s.connection().execute(q).first()  # Core: no ORM bookkeeping on the append path
+    """(idx, hash) of the newest event: what an append chains on, without loading the row. Fixed SQL straight to
+    the driver: this runs once per group commit, and SQLAlchemy's statement handling cost more than the query."""
+    r = s.connection().exec_driver_sql(_HEAD_SQL).first()
     return (int(r[0]), str(r[1])) if r else None
 
 
 _EVENT_COLUMNS = tuple(c.key for c in AuditEventRow.__table__.columns)
 
 
-def insert_events(s: Session, rows: list[AuditEventRow]) -> None:
+def insert_events(s: Session, rows: Sequence[AuditEventRow | AppendedEvent]) -> None:
     """Inserts the rows with one executemany (the ORM unit of work costs ~10x more per row)."""
     if rows:
         s.execute(AuditEventRow.__table__.insert(), [{k: getattr(r, k) for k in _EVENT_COLUMNS} for r in rows])
@@ -102,9 +108,9 @@ def latest_checkpoint(s: Session) -> CheckpointRow | None:
 
 
 def latest_checkpoint_ref(s: Session) -> tuple[int, str, float] | None:
-    """(size, note, created_at) of the newest stored checkpoint, read without building the ORM row."""
-    q = select(CheckpointRow.size, CheckpointRow.note, CheckpointRow.created_at).order_by(CheckpointRow.size.desc())
-    r = s.connection().execute(q.limit(1)).first()
+    """(size, note, created_at) of the newest stored checkpoint, read without building the ORM row (fixed SQL to
+    the driver, like `head_ref`: once per group commit)."""
+    r = s.connection().exec_driver_sql(_LATEST_CHECKPOINT_SQL).first()
     return (int(r[0]), str(r[1]), float(r[2])) if r else None
 
 

@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 
 from verifier.audit import log as tlog
 from verifier.audit import repository as repo
-from verifier.audit.chain import GENESIS, HASHED_FIELDS, compute_hash, row_fields
+from verifier.audit.chain import GENESIS, HASHED_FIELDS, AppendedEvent, compute_hash, hash_canonical, row_fields
 from verifier.audit.models import AuditEventRow
+from verifier.audit.transparency import canonical
 from verifier.audit.verification import ChainReport, verify_chain
 from verifier.db import Database
 from verifier.errors import Unavailable
@@ -67,7 +68,7 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
+def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
     """Append events inside the caller's transaction (holding the chain lock until commit)."""
     repo.lock_chain(s)
     last = repo.head_ref(s)
@@ -76,7 +77,7 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
     rows = []
     for ev in events:
         idx += 1
-        row = AuditEventRow(
+        row = AppendedEvent(
             idx=idx,
             created_at=now,
             action=ev.action[:32],
@@ -91,7 +92,8 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
             prev_hash=prev,
             hash="",
         )
-        row.hash = compute_hash(prev, row_fields(row))
+        row.leaf_data = canonical(row_fields(row))
+        row.hash = hash_canonical(prev, row.leaf_data)
         prev = row.hash
         rows.append(row)
     repo.insert_events(s, rows)  # one executemany; the returned rows are plain (detached) objects
@@ -99,7 +101,7 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
     return rows
 
 
-def append_or_fail(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
+def append_or_fail(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
     """`append`, with any failure raised as AuditUnavailable (the caller's transaction then rolls back)."""
     try:
         return append(s, events)
@@ -107,7 +109,7 @@ def append_or_fail(s: Session, events: Sequence[AuditEvent]) -> list[AuditEventR
         raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
 
 
-def record(db: Database, events: Sequence[AuditEvent]) -> list[AuditEventRow]:
+def record(db: Database, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
     """Append and commit; raises AuditUnavailable if the events are not durably in the chain."""
     try:
         with db.session() as s:

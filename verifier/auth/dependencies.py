@@ -11,9 +11,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
-from verifier.auth.jwt import AuthError
+from verifier.auth.jwt import AuthError, Claims
 from verifier.auth.principal import Principal
-from verifier.context import Ctx
+from verifier.context import Ctx, ServiceContext
 from verifier.errors import Forbidden, Unauthorized
 
 bearer = HTTPBearer(auto_error=False, description="JWT signed with an EdDSA or ES256 key from the trusted key set")
@@ -28,24 +28,36 @@ async def current_principal(
         raise Unauthorized("missing bearer token")
     claims = getattr(request.state, "hero_claims", None)  # checked by the body guard before the body was read
     if claims is None:
+        claims = ctx.tokens.cached(creds.credentials)  # verified before and still valid: no thread hop
+    if claims is None:
         try:
             claims = await run_in_threadpool(ctx.tokens.verify, creds.credentials)
         except AuthError as exc:
             raise Unauthorized(str(exc)) from None
+    principal = principal_for(ctx, claims)
+    request.state.subject = claims.sub
+    return principal
+
+
+def principal_for(ctx: ServiceContext, claims: Claims) -> Principal:
+    """The caller a verified token names, under the server policy (403 for a role it does not know)."""
     role = ctx.policy.role(claims.role)
     if role is None:
         raise Forbidden("role not allowed by server policy")
-    request.state.subject = claims.sub
     iss = claims.raw.get("iss")
     return Principal(claims.sub, role.name, claims.jti, role.level_limit(ctx.profile.depth), role.actions,
                      iss if isinstance(iss, str) else "")
 
 
+def check_action(principal: Principal, action: str) -> Principal:
+    if action not in principal.actions:
+        raise Forbidden(f"action {action!r} not allowed for role {principal.role!r}")
+    return principal
+
+
 def require(action: str):
     async def dep(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
-        if action not in principal.actions:
-            raise Forbidden(f"action {action!r} not allowed for role {principal.role!r}")
-        return principal
+        return check_action(principal, action)
 
     dep.__name__ = f"require_{action.replace('.', '_')}"
     return dep

@@ -119,9 +119,9 @@ def pg_schema(url: str):
         engine.dispose()
 
 
-def _hero(env: dict, *args: str) -> str:
+def _hero(env: dict, *args: str, cwd: str | None = None) -> str:
     out = subprocess.run([sys.executable, "-m", "verifier.cli", *args], env=env, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, cwd=cwd)
     if out.returncode != 0:
         raise RuntimeError(f"hero {args[0]} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
     return out.stdout
@@ -301,16 +301,19 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
         env["HERO_PROFILE"] = args.profile
     if db_url:
         env["HERO_DATABASE_URL"] = db_url
+    # `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH: the server runs in the
+    # source directory, or a bench started inside another checkout would serve that checkout's code.
+    cwd = None
     if args.server_source:
-        env["PYTHONPATH"] = str(Path(args.server_source).resolve())
+        cwd = env["PYTHONPATH"] = str(Path(args.server_source).resolve())
     for item in args.server_env:
         name, sep, value = item.partition("=")
         if not sep or not name.startswith("HERO_"):
             raise ValueError(f"--server-env wants HERO_NAME=VALUE, got {item!r}")
         env[name] = value
-    _hero(env, "db", "upgrade")
-    _hero(env, "keys", "init", "--profile", args.profile or "default")
-    token = _hero(env, "token", "--role", args.role, "--sub", "bench", "--ttl", "3600").strip()
+    _hero(env, "db", "upgrade", cwd=cwd)
+    _hero(env, "keys", "init", "--profile", args.profile or "default", cwd=cwd)
+    token = _hero(env, "token", "--role", args.role, "--sub", "bench", "--ttl", "3600", cwd=cwd).strip()
 
     profile = resolve_profile(args.profile or os.environ.get("HERO_PROFILE", "default"))
     tokenizer = load_tokenizer(profile.tokenizer)
@@ -325,7 +328,7 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
     if args.workers:
         cmd += ["--workers", str(args.workers)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=cwd)
     try:
         _wait_ready(port, proc)
 

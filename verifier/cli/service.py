@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import gc
+import logging
+import os
 import sys
 from pathlib import Path
 
 from verifier.cli.common import cli_actor, cli_settings, emit, open_database, open_store
+
+log = logging.getLogger("hero.serve")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="start the verification API (uvicorn)")
     serve.add_argument("--host", default=None, help="bind address (default HERO_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default HERO_PORT or 8000)")
-    serve.add_argument("--workers", type=int, default=1,
-                       help="worker processes (default 1: one process batches best; docs/performance.md)")
+    serve.add_argument("--workers", type=_workers_arg, default="auto",
+                       help="worker processes, or auto (default): one per core (at most 8) when quotas cannot be "
+                       "multiplied (no role has limits, or they are shared: HERO_RATE_LIMIT_URL / a Redis broker) "
+                       "and the database is shared; else 1, with a warning (docs/operations.md)")
     serve.set_defaults(handler=cmd_serve)
 
     tok = sub.add_parser("token", help="mint a dev JWT (only with HERO_DEV_MODE=1); prints only the token")
@@ -49,6 +56,64 @@ def register(sub: argparse._SubParsersAction) -> None:
     rot.set_defaults(handler=cmd_kek_rotate)
 
 
+MAX_AUTO_WORKERS = 8
+
+
+def _workers_arg(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("--workers takes a positive number or 'auto'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("--workers takes a positive number or 'auto'")
+    return n
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def resolve_workers(requested: int | str, settings, cores: int | None = None) -> tuple[int, str | None]:
+    """(worker processes, warning or None). Why not always one per core: quota counters in process memory
+    count per process, so N workers would let each subject through N times its configured quota; and an
+    in-memory SQLite database is private to one process."""
+    from sqlalchemy.engine import make_url
+
+    from verifier.auth.policy import load_policy
+    from verifier.ratelimit import shared_counter_url
+
+    quotas = any(r.limits is not None and r.limits.buckets(r.name, "-")
+                 for r in load_policy(settings.roles_file).roles.values())
+    per_process = quotas and shared_counter_url(settings) is None
+    url = make_url(settings.db_url)
+    private_db = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+    if requested != "auto":
+        n = int(requested)
+        if n > 1 and per_process:
+            return n, (f"{n} workers with quotas counted in process memory: each subject may get up to {n}x "
+                       "its configured quota (set HERO_RATE_LIMIT_URL to share the counters in Redis)")
+        return n, None
+    if private_db:
+        return 1, None
+    if per_process:
+        return 1, ("--workers auto: 1 worker, because quotas are configured and counted in process memory; "
+                   "set HERO_RATE_LIMIT_URL (Redis) to serve with one worker per core")
+    return max(1, min(MAX_AUTO_WORKERS, cores or _cores())), None
+
+
+def freeze_startup_heap() -> None:
+    """Moves everything allocated at start-up (torch, the tokenizer, the app) out of the garbage collector's
+    reach. Why: otherwise every full collection walks those millions of objects again, a 100-250 ms pause of
+    the whole process (measured at 32 clients: the p99 latency). Objects are still freed by refcount."""
+    gc.collect()
+    gc.freeze()
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -56,7 +121,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     settings = cli_settings(args)
     configure_logging(settings.log_level)
-    if args.workers > 1:  # each worker builds its own app from the environment (uvicorn factory)
+    workers, warning = resolve_workers(args.workers, settings)
+    if warning:
+        log.warning(warning)
+    log.info(f"serving with {workers} worker process{'es' if workers > 1 else ''}", extra={"workers": workers})
+    if workers > 1:  # each worker builds its own app from the environment (uvicorn factory)
         target, factory = "verifier.app:app_from_env", True
     else:
         from verifier.app import create_app
@@ -64,6 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         target, factory = create_app(settings), False
         ctx = target.state.ctx
         ctx.tokenizers(ctx.profile.tokenizer)  # load now, not on the first request
+        freeze_startup_heap()
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server
 
@@ -71,7 +141,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     uvicorn.run(
         target,
         factory=factory,
-        workers=max(1, args.workers),
+        workers=workers,
         host=args.host or settings.host,
         port=args.port or settings.port,
         log_config=None,

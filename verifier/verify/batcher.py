@@ -7,8 +7,9 @@ level group, group commit of the audit events); each caller's future resolves on
 its own results and receipts, or with the error it must answer (every caller of a batch whose audit write
 failed gets AuditUnavailable: 503, no result).
 
-One worker thread, independent of any event loop: the endpoint awaits the future through
-`asyncio.wrap_future`, sync callers use `submit(...).result()`.
+One worker thread, independent of any event loop: the endpoint awaits an asyncio future that the worker
+resolves with ONE `loop.call_soon_threadsafe` per batch and loop (not `asyncio.wrap_future`, which costs a
+concurrent future, two callbacks and a loop wake-up per caller); sync callers use `submit(...).result()`.
 """
 
 from __future__ import annotations
@@ -47,17 +48,23 @@ class Batcher:
 
     def submit(self, request: VerifyRequest) -> Future:
         fut: Future = Future()
+        self._put(request, fut)
+        return fut
+
+    def _put(self, request: VerifyRequest, waiter) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("verification batcher is closed")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="hero-verify-batcher", daemon=True)
                 self._thread.start()
-            self._q.put((request, fut))
-        return fut
+            self._q.put((request, waiter))
 
     async def verify(self, request: VerifyRequest) -> list[dict]:
-        return await asyncio.wrap_future(self.submit(request))
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._put(request, (loop, fut))
+        return await fut
 
     def close(self) -> None:
         with self._lock:
@@ -101,14 +108,32 @@ class Batcher:
             except BaseException as exc:  # never leave a caller waiting
                 log.error("verification batch failed", extra={"error": exc.__class__.__name__})
                 outcomes = [exc] * len(batch)
-            for (_, fut), out in zip(batch, outcomes, strict=True):
-                if fut.cancelled():
+            by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+            for (_, waiter), out in zip(batch, outcomes, strict=True):
+                if isinstance(waiter, tuple):  # (loop, asyncio future): resolved on its loop, below
+                    by_loop.setdefault(waiter[0], []).append((waiter[1], out))
+                    continue
+                if waiter.cancelled():
                     continue
                 # A future cancelled meanwhile (client gone) is skipped; its audit row stays, as it should.
                 with contextlib.suppress(InvalidStateError):
                     if isinstance(out, BaseException):
-                        fut.set_exception(out)
+                        waiter.set_exception(out)
                     else:
-                        fut.set_result(out)
+                        waiter.set_result(out)
+            for loop, items in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+                    loop.call_soon_threadsafe(_resolve, items)
             if stop:
                 return
+
+
+def _resolve(items: list) -> None:
+    """On the callers' loop: one call for every caller of the batch on it."""
+    for fut, out in items:
+        if fut.done():  # cancelled meanwhile (client gone); its audit row stays, as it should
+            continue
+        if isinstance(out, BaseException):
+            fut.set_exception(out)
+        else:
+            fut.set_result(out)

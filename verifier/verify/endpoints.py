@@ -6,8 +6,9 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from verifier.auth.dependencies import EvidenceReader, VerifyCaller
+from verifier.auth.principal import Principal
 from verifier.bodies import JsonRoute
-from verifier.context import Ctx
+from verifier.context import Ctx, ServiceContext
 from verifier.ratelimit import MemoryCounter
 from verifier.verify.evidence import token_evidence
 from verifier.verify.release import charge_quota, check_texts, requested_level
@@ -33,17 +34,22 @@ ERRORS: dict[int | str, dict] = {
     responses=ERRORS,
 )
 async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
-    level = requested_level(p, body.max_level)
-    check_texts(body.texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
+    return {"results": await verify_call(ctx, p, body.texts, body.max_level)}
+
+
+async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None) -> list[dict]:
+    """The body of POST /v1/verify once the caller and the input are known (also verifier.verify.fastpath)."""
+    level = requested_level(p, max_level)
+    check_texts(texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
     if isinstance(ctx.limiter.counter, MemoryCounter):
-        charge_quota(ctx.limiter, ctx.policy, p, len(body.texts))  # in memory: no I/O on the loop
+        charge_quota(ctx.limiter, ctx.policy, p, len(texts))  # in memory: no I/O on the loop
     else:
-        await run_in_threadpool(charge_quota, ctx.limiter, ctx.policy, p, len(body.texts))
-    job = DecodeJob(ctx.profile, tuple(body.texts), level, ctx.settings.alpha)
+        await run_in_threadpool(charge_quota, ctx.limiter, ctx.policy, p, len(texts))
+    job = DecodeJob(ctx.profile, tuple(texts), level, ctx.settings.alpha)
     if ctx.batcher is not None:  # answered after the batch's audit transaction commits
-        return {"results": await ctx.batcher.verify(VerifyRequest(job, p.actor))}
-    return {"results": await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
-                                               ctx.settings.checkpoint_interval_seconds)}
+        return await ctx.batcher.verify(VerifyRequest(job, p.actor))
+    return await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
+                                   ctx.settings.checkpoint_interval_seconds)
 
 
 @router.post(

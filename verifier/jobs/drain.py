@@ -86,20 +86,23 @@ class DrainOutcome:
 
 
 def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
-    written = 0
-    profile = material = handed = decoder = None
+    written = start = 0
+    profile = material = handed = decoder = dek = None
     try:
         while True:
-            c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s)
+            c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s, start)
             if c is None:
                 return DrainOutcome(written, None)
             if not c.items:
                 return DrainOutcome(written, jobs.wait_hint(dc.db, job_id))
-            if jobs.max_attempts_seen(dc.db, c) > dc.max_attempts:
+            if c.attempts > dc.max_attempts:
                 jobs.fail(dc.db, job_id, f"items could not be decoded after {dc.max_attempts} attempts")
                 return DrainOutcome(written, None)
+            start = c.next_idx
             try:
-                texts = jobs.open_texts(dc.store.kek, c)
+                if dek is None:
+                    dek = jobs.job_key(dc.store.kek, c.job)  # unwrapped once per drain, not per batch
+                texts = jobs.open_texts(dc.store.kek, c, dek)
                 if material is None:
                     profile = dc.profiles(c.job.profile)
                     material = tables_for(dc.store, profile, c.job, dc.policy)
@@ -126,4 +129,4 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             written += n
             log.info("job batch stored", extra={"job_id": job_id, "items": n, "worker": dc.worker})
     finally:
-        del material, decoder
+        del material, decoder, dek

@@ -3,6 +3,9 @@ statement per batch for results, the job key unwrapped once per drain, and the a
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from sqlalchemy import event, select, update
 
 from tests.helpers.workers import make_texts
@@ -142,3 +145,38 @@ def test_drain_fails_a_job_whose_items_ran_out_of_attempts(sqlite_url, make_serv
     assert drain(dc, jid).written == 0  # this claim is its 6th attempt
     _, doc = jobs.job_view(db, jid)
     assert doc["status"] == "failed" and doc["error"] == "items could not be decoded after 5 attempts"
+
+
+def test_a_batch_whose_audit_write_fails_is_not_stored_and_the_drain_stops(sqlite_url, make_service, monkeypatch):
+    """Fail closed with the background store: no audit row, no stored result, nothing stored after it; the
+    items are taken again once their leases expire, each stored and audited exactly once."""
+    svc = make_service(sqlite_url)
+    svc.init_keys()
+    texts = make_texts(svc, 6, steps=40)
+    db = svc.ctx.db
+    jid = jobs.create_job(db, svc.ctx.store.kek, owner_sub="admin-1", role="admin", jti="j",
+                          profile=svc.ctx.profile.name, max_level=2, alpha=svc.settings.alpha, texts=texts)
+
+    def broken(*_a, **_k):
+        raise RuntimeError("audit log down")
+
+    monkeypatch.setattr(jobs, "append", broken)
+    dc = _context(svc, 2)
+    dc.lease_s = 0.5
+    with pytest.raises(RuntimeError, match="audit log down"):
+        drain(dc, jid)
+    _, doc = jobs.job_view(db, jid)
+    with db.session() as s:
+        statuses = set(s.scalars(select(JobItemRow.status).where(JobItemRow.job_id == jid)))
+        audited = list(s.scalars(select(AuditEventRow.detail).where(AuditEventRow.detail.like(f"job={jid} %"))))
+    assert doc["progress"]["done"] == 0 and doc["status"] == "running" and "done" not in statuses and not audited
+
+    monkeypatch.undo()
+    time.sleep(0.6)  # the claims of the failed drain expire
+    assert drain(_context(svc, 2), jid).written == 6
+    doc = svc.job(jid)
+    assert doc["status"] == "done" and doc["results"] == svc.verify_inline(texts, "admin")
+    with db.session() as s:
+        audited = list(s.scalars(select(AuditEventRow.detail).where(AuditEventRow.detail.like(f"job={jid} %"))))
+    assert sorted(audited) == sorted(f"job={jid} item={i}" for i in range(6))
+    assert verify_chain(db).valid

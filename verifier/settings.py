@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     broker_url: str | None = None  # e.g. redis://127.0.0.1:6379/0: /v1/jobs run on Celery workers (`hero worker`)
     job_max_texts: int = Field(default=100_000, ge=1)
     job_max_body_bytes: int = Field(default=64_000_000, ge=1024)
-    job_batch_size: int = Field(default=32, ge=1, le=4096)
+    job_batch_size: int = Field(default=256, ge=1, le=4096)  # bench_job_drain: 0.95 ms CPU/text at 32, 0.79 at 256
     job_lease_seconds: float = Field(default=60.0, gt=0)
     job_stale_seconds: float = Field(default=120.0, gt=0)  # re-enqueue a job untouched for this long
     job_recover_interval_seconds: float = Field(default=30.0, gt=0)

@@ -12,7 +12,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from verifier.audit.service import Actor
@@ -85,21 +87,63 @@ class DrainOutcome:
     wait: float | None  # seconds until another worker's lease expires (items left but not claimable now)
 
 
+class _Storer:
+    """Stores a batch (results + audit events, one transaction) on a background thread while the drain decodes
+    the next one: SQLite's and the fsync's time, the tokenizer's and the kernel's run without the GIL and
+    overlap. At most one batch is in flight; `finish` waits for it and raises what storing it raised."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[int] | None = None
+
+    def submit(self, fn: Callable[[], int]) -> None:
+        assert self._pending is None, "one batch in flight at most"
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job-store")
+        self._pending = self._pool.submit(fn)
+
+    def finish(self) -> int:
+        """Items the batch in flight wrote (0 if none was); its exception, if storing it failed."""
+        fut, self._pending = self._pending, None
+        return fut.result() if fut is not None else 0
+
+    def close(self) -> None:
+        try:
+            if self._pending is not None:  # only after an error in the drain itself, which propagates
+                wait([self._pending])
+                if (exc := self._pending.exception()) is not None:
+                    log.error("job batch not stored", extra={"error": exc.__class__.__name__})
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+
 def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
+    """Claims batches until none is left; each batch is decoded here and stored while the next one decodes.
+
+    A batch's claim is taken while no store is in flight (SQLite has one writer: it would wait for that
+    commit). A store that fails (e.g. the audit log) stops the drain with its exception before anything else
+    is claimed or stored; its items stay claimed until their lease expires, as after a crash.
+    """
     written = 0
-    profile = material = handed = decoder = None
+    profile = material = handed = decoder = dek = None
+    storer = _Storer()
     try:
+        c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s)
         while True:
-            c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s)
             if c is None:
-                return DrainOutcome(written, None)
+                return DrainOutcome(written + storer.finish(), None)
             if not c.items:
+                written += storer.finish()
                 return DrainOutcome(written, jobs.wait_hint(dc.db, job_id))
-            if jobs.max_attempts_seen(dc.db, c) > dc.max_attempts:
+            if c.attempts > dc.max_attempts:
+                written += storer.finish()
                 jobs.fail(dc.db, job_id, f"items could not be decoded after {dc.max_attempts} attempts")
                 return DrainOutcome(written, None)
             try:
-                texts = jobs.open_texts(dc.store.kek, c)
+                if dek is None:
+                    dek = jobs.job_key(dc.store.kek, c.job)  # unwrapped once per drain, not per batch
+                texts = jobs.open_texts(dc.store.kek, c, dek)
                 if material is None:
                     profile = dc.profiles(c.job.profile)
                     material = tables_for(dc.store, profile, c.job, dc.policy)
@@ -112,6 +156,7 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
                 raw = decode_material(material, profile, texts, c.job.alpha, tok, dc.device,
                                       decoder if dc.device == "cpu" else None)
             except DomainError as exc:
+                written += storer.finish()
                 jobs.fail(dc.db, job_id, str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
                 log.warning("job failed", extra={"job_id": job_id, "error": exc.__class__.__name__})
                 return DrainOutcome(written, None)
@@ -122,8 +167,18 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             events = audit_events(actor, [sha for *_, sha in c.items], results, details)
             if dc.delay_s:
                 time.sleep(dc.delay_s)
-            n = jobs.complete(dc.db, c, results, events, handed)
-            written += n
-            log.info("job batch stored", extra={"job_id": job_id, "items": n, "worker": dc.worker})
+            written += storer.finish()  # the previous batch: stored, or its failure raised here
+            nxt = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s, c.next_idx)
+            storer.submit(partial(_store, dc, c, results, events, handed))
+            c = nxt
     finally:
-        del material, decoder
+        try:
+            storer.close()
+        finally:
+            del material, decoder, dek
+
+
+def _store(dc: DrainContext, c: jobs.Claim, results: list[dict], events: list, handed: dict[int, list[str]]) -> int:
+    n = jobs.complete(dc.db, c, results, events, handed)
+    log.info("job batch stored", extra={"job_id": c.job.id, "items": n, "worker": dc.worker})
+    return n

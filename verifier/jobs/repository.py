@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from verifier.jobs.models import JobItemRow, JobRow
@@ -13,40 +13,66 @@ FINAL = ("done", "failed")
 UNFINISHED = ("queued", "running")
 
 ItemRef = tuple[int, int, bytes, bytes, str]  # (item id, idx, nonce, ciphertext, text sha256)
+_ITEMS = JobItemRow.__table__  # Core statements: the ORM's per-statement bookkeeping is not needed here
 
 
 def insert_items(s: Session, rows: Sequence[dict], chunk: int = 1000) -> None:
     for k in range(0, len(rows), chunk):
-        s.execute(JobItemRow.__table__.insert(), list(rows[k : k + chunk]))
+        s.execute(_ITEMS.insert(), list(rows[k : k + chunk]))
 
 
-def claimable_item_ids(s: Session, job_id: str, now: float, n: int) -> list[int]:
-    """Up to n items that are pending or whose claim lease expired, in input order.
+def claimable_item_ids(s: Session, job_id: str, now: float, n: int, start_idx: int = 0) -> tuple[list[int], int]:
+    """Up to n items whose claim lease expired or that are pending, and where the next pending scan may start.
+
+    Expired claims come first, then pending items in input order from `start_idx` (what this drain claimed
+    last, plus one), then pending items before it (only when short: normally none are left behind). Each
+    query reads O(n) index entries: a scan from the job's first item walked every done item per batch
+    (O(N^2) over a job; 10 ms per claim at 90,000 of 100,000 on SQLite).
 
     PostgreSQL: FOR UPDATE SKIP LOCKED, so concurrent workers take disjoint batches without waiting.
     SQLite: every transaction is BEGIN IMMEDIATE (one writer), which gives the same guarantee.
     """
-    q = (
-        select(JobItemRow.id)
-        .where(
-            JobItemRow.job_id == job_id,
-            or_(JobItemRow.status == "pending", and_(JobItemRow.status == "claimed", JobItemRow.lease_until < now)),
-        )
-        .order_by(JobItemRow.idx)
-        .limit(n)
-    )
-    if s.get_bind().dialect.name == "postgresql":
-        q = q.with_for_update(skip_locked=True)
-    return list(s.scalars(q))
+    pg = s.get_bind().dialect.name == "postgresql"
+
+    def take(q, k: int) -> list:
+        q = q.limit(k)
+        return list(s.execute(q.with_for_update(skip_locked=True) if pg else q).all())
+
+    mine = select(JobItemRow.id, JobItemRow.idx).where(JobItemRow.job_id == job_id)
+    # ORDER BY id (ids follow idx within a job) lets SQLite search the (job_id, status) index, whose entries end
+    # with the row id, instead of walking the job's items in idx order.
+    expired = mine.where(JobItemRow.status == "claimed", JobItemRow.lease_until < now).order_by(JobItemRow.id)
+    ids = [r[0] for r in take(expired, n)]
+    pending = mine.where(JobItemRow.status == "pending").order_by(JobItemRow.idx)
+    scans = [pending.where(JobItemRow.idx >= start_idx)]
+    if start_idx:  # normally none: only items a rolled-back claim left behind
+        scans.append(pending.where(JobItemRow.idx < start_idx))
+    nxt = start_idx
+    for q in scans:
+        if len(ids) >= n:
+            break
+        got = take(q, n - len(ids))
+        if got:
+            ids += [r[0] for r in got]
+            nxt = got[-1][1] + 1
+    return ids, nxt
 
 
-def mark_claimed(s: Session, ids: Sequence[int], token: str, worker: str, lease_until: float) -> None:
-    s.execute(
-        update(JobItemRow)
-        .where(JobItemRow.id.in_(ids))
+def claim_items(
+    s: Session, ids: Sequence[int], token: str, worker: str, lease_until: float
+) -> tuple[list[ItemRef], int]:
+    """Mark the items claimed with `token`; their refs in input order and the most attempts among them, this one
+    included (one UPDATE ... RETURNING: no second read, no per-batch max-attempts transaction)."""
+    rows = s.execute(
+        update(_ITEMS)
+        .where(_ITEMS.c.id.in_(ids))
         .values(status="claimed", claim_token=token, claimed_by=worker[:256], lease_until=lease_until,
-                attempts=JobItemRow.attempts + 1)
-    )
+                attempts=_ITEMS.c.attempts + 1)
+        .returning(_ITEMS.c.id, _ITEMS.c.idx, _ITEMS.c.nonce, _ITEMS.c.ciphertext, _ITEMS.c.text_sha256,
+                   _ITEMS.c.attempts)
+    ).all()
+    rows.sort(key=lambda r: r[1])
+    return [tuple(r[:5]) for r in rows], max((r[5] for r in rows), default=0)  # type: ignore[misc]
 
 
 def start_job(s: Session, job_id: str, now: float) -> None:
@@ -54,28 +80,40 @@ def start_job(s: Session, job_id: str, now: float) -> None:
                                                                                           updated_at=now))
 
 
-def item_refs(s: Session, ids: Sequence[int]) -> list[ItemRef]:
-    rows = s.execute(
-        select(JobItemRow.id, JobItemRow.idx, JobItemRow.nonce, JobItemRow.ciphertext, JobItemRow.text_sha256)
-        .where(JobItemRow.id.in_(ids))
-        .order_by(JobItemRow.idx)
-    ).all()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+_STORE = (
+    update(_ITEMS)
+    .where(_ITEMS.c.id == bindparam("b_id"), _ITEMS.c.status == "claimed",
+           _ITEMS.c.claim_token == bindparam("b_token"))
+    .values(status="done", result=bindparam("b_result"), done_at=bindparam("b_now"), ciphertext=None, nonce=None,
+            claim_token=None, lease_until=None)
+)
 
 
-def max_attempts(s: Session, ids: Sequence[int]) -> int:
-    return int(s.scalar(select(func.max(JobItemRow.attempts)).where(JobItemRow.id.in_(ids))) or 0)
+def store_results(s: Session, token: str, results: Sequence[tuple[int, str]], now: float) -> list[int]:
+    """Write the results of the items still claimed with `token` (never a done item); the ids written, in order.
 
-
-def store_result(s: Session, item_id: int, token: str, result_json: str, now: float) -> bool:
-    """Write an item's result only if it is still claimed with `token` (never a done item)."""
-    r = s.execute(
-        update(JobItemRow)
-        .where(JobItemRow.id == item_id, JobItemRow.status == "claimed", JobItemRow.claim_token == token)
-        .values(status="done", result=result_json, done_at=now, ciphertext=None, nonce=None, claim_token=None,
-                lease_until=None)
+    One locking read and one executemany UPDATE per batch: an ORM UPDATE per item cost ~0.4 ms of CPU each.
+    The read takes the row locks first (PostgreSQL: FOR UPDATE, in id order), so no other claim can take an
+    item between the read and the write; SQLite's BEGIN IMMEDIATE already holds the only write lock.
+    """
+    if not results:
+        return []
+    ids = [i for i, _ in results]
+    q = (
+        select(JobItemRow.id)
+        .where(JobItemRow.id.in_(ids), JobItemRow.status == "claimed", JobItemRow.claim_token == token)
+        .order_by(JobItemRow.id)
     )
-    return r.rowcount == 1
+    if s.get_bind().dialect.name == "postgresql":
+        q = q.with_for_update()
+    held = set(s.scalars(q))
+    rows = [{"b_id": i, "b_token": token, "b_result": r, "b_now": now} for i, r in results if i in held]
+    if rows:
+        conn = s.connection()
+        n = conn.execute(_STORE, rows).rowcount
+        if conn.dialect.supports_sane_multi_rowcount and n != len(rows):  # cannot happen under the row locks
+            raise RuntimeError(f"job items changed under their lock ({n} of {len(rows)} written)")
+    return [i for i in ids if i in held]
 
 
 def add_progress(s: Session, job_id: str, n: int, now: float) -> None:

@@ -62,6 +62,8 @@ class Claim:
     job: JobInfo
     token: str
     items: list[ItemRef]
+    attempts: int = 0  # the most attempts of any of its items, this claim included
+    next_idx: int = 0  # where the drain's next pending scan starts
 
     def __repr__(self) -> str:
         return f"Claim(job={self.job.id!r}, items={len(self.items)})"
@@ -101,33 +103,35 @@ def create_job(
     return job_id
 
 
-def open_texts(kek: KekProvider, claim: Claim) -> list[str]:
+def job_key(kek: KekProvider, job: JobInfo) -> bytes:
+    """The job's data key, unwrapped (a drain holds it for the job, as it holds the key material)."""
+    return open_data_key(kek, job.kek_id, job.wrapped_dek, _job_aad(job.id)).dek
+
+
+def open_texts(kek: KekProvider, claim: Claim, dek: bytes | None = None) -> list[str]:
+    """The claim's texts; `dek`: the job's data key when the caller already unwrapped it (`job_key`)."""
     job = claim.job
-    dek = open_data_key(kek, job.kek_id, job.wrapped_dek, _job_aad(job.id)).dek
+    dek = dek if dek is not None else job_key(kek, job)
     return [decrypt(dek, n, ct, _item_aad(job.id, idx), "job text").decode("utf-8") for _, idx, n, ct, _ in claim.items]
 
 
-def claim(db: Database, job_id: str, worker: str, n: int, lease_s: float) -> Claim | None:
-    """Claim up to n pending/expired items. None when the job is missing or final."""
+def claim(db: Database, job_id: str, worker: str, n: int, lease_s: float, start_idx: int = 0) -> Claim | None:
+    """Claim up to n expired/pending items (pending ones from `start_idx` first: `Claim.next_idx` of the previous
+    claim of a drain). None when the job is missing or final."""
     now = time.time()
     with db.session() as s:
         job = s.get(JobRow, job_id)
         if job is None or job.status in FINAL:
             return None
         info = JobInfo.of(job)
-        ids = repo.claimable_item_ids(s, job_id, now, n)
+        ids, nxt = repo.claimable_item_ids(s, job_id, now, n, start_idx)
         if not ids:
-            return Claim(info, "", [])
+            return Claim(info, "", [], next_idx=nxt)
         token = secrets.token_hex(16)
-        repo.mark_claimed(s, ids, token, worker, now + lease_s)
+        refs, attempts = repo.claim_items(s, ids, token, worker, now + lease_s)
         if job.status == "queued":
             repo.start_job(s, job_id, now)
-        return Claim(info, token, repo.item_refs(s, ids))
-
-
-def max_attempts_seen(db: Database, claim: Claim) -> int:
-    with db.session() as s:
-        return repo.max_attempts(s, [it[0] for it in claim.items])
+        return Claim(info, token, refs, attempts, nxt)
 
 
 def _merge_handed(old: str | None, handed: dict[int, list[str]]) -> str:
@@ -148,13 +152,11 @@ def complete(
 
     Returns the number of items written (0 when another worker took them over after our lease expired).
     """
+    rows = [(it[0], json.dumps(res, sort_keys=True)) for it, res in zip(claim.items, results, strict=True)]
     now = time.time()
     with db.session() as s:
-        written_events = [
-            ev
-            for (item_id, *_), res, ev in zip(claim.items, results, events, strict=True)
-            if repo.store_result(s, item_id, claim.token, json.dumps(res, sort_keys=True), now)
-        ]
+        stored = set(repo.store_results(s, claim.token, rows, now))  # one statement per batch, not per item
+        written_events = [ev for it, ev in zip(claim.items, events, strict=True) if it[0] in stored]
         if written_events:
             append(s, written_events)  # fail closed: no audit row, no stored result
         n = len(written_events)

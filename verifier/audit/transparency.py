@@ -89,6 +89,9 @@ class TreeView:
 
     def __init__(self, get: SubtreeGetter) -> None:
         self._get = get
+        # Hashes of the ranges that are not stored perfect subtrees (the right edge of a tree), remembered for
+        # the view's life: the inclusion proofs of a batch of new leaves share them (a view is of fixed data).
+        self._edges: dict[tuple[int, int], bytes] = {}
 
     def mth(self, lo: int, hi: int) -> bytes:
         n = hi - lo
@@ -96,8 +99,11 @@ class TreeView:
             return EMPTY_ROOT
         if n & (n - 1) == 0 and lo % n == 0:
             return self._get(n.bit_length() - 1, lo // n)
-        k = _split(n)
-        return node_hash(self.mth(lo, lo + k), self.mth(lo + k, hi))
+        h = self._edges.get((lo, hi))
+        if h is None:
+            k = _split(n)
+            h = self._edges[(lo, hi)] = node_hash(self.mth(lo, lo + k), self.mth(lo + k, hi))
+        return h
 
     def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         if not 0 <= index < size:

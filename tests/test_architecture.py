@@ -16,7 +16,8 @@ PACKAGES = ("gpu", "verifier", "workers")
 
 BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
         "verifier.secretfile", "verifier.db", "verifier.ratelimit")
-API = ("verifier.app", "verifier.middleware", "verifier.bodies", "verifier.auth.dependencies")
+API = ("verifier.app", "verifier.middleware", "verifier.bodies", "verifier.auth.dependencies",
+       "verifier.verify.fastpath")
 SERVICES = ("audit", "keys", "auth", "verify", "jobs", "providers")
 
 # layer -> the layers it may import (besides itself)

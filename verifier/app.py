@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -206,10 +207,16 @@ def create_app(
     return app
 
 
+def freeze_startup_heap() -> None:
+    """Moves everything allocated at start-up (torch, the tokenizer, the app) out of the garbage collector's
+    reach. Why: otherwise every full collection walks those millions of objects again, a 100-250 ms pause of
+    the whole process (measured at 32 clients: the p99 latency). Objects are still freed by refcount."""
+    gc.collect()
+    gc.freeze()
+
+
 def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env (also each `hero serve --workers N`)
     """The app from the environment, its tokenizer loaded now: a worker's first request must not pay for it."""
-    from verifier.cli.service import freeze_startup_heap
-
     app = create_app(get_settings())
     ctx = app.state.ctx
     ctx.tokenizers(ctx.profile.tokenizer)

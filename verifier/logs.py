@@ -13,6 +13,7 @@ SAFE_FIELDS = (
     "problem",  # a JWKS key skipped and why (source, kid, reason; never key material)
     "provider_id", "bundle_id", "versions",  # a generation bundle issued / installed (version names only)
     "source",  # the profile a key move came from (hero keys move-profile; main logs it)
+    "workers",  # server worker processes (hero serve)
 )
 
 

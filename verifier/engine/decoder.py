@@ -184,19 +184,19 @@ class Decoder:
         `per_version`: (table, window scores [B, W, cells, C], counts [B, W, K]) for every version of level
         `lv`; each text is decided at its own best version (the first on ties), texts sharing one in a batch."""
         per_value = self.profile.levels[lv - 1].per_value
+        bits = self.profile.levels[lv - 1].key_bits
+        if len(per_version) == 1:  # one version (no rotation): every text is decided with it, no selection
+            t, sc, cnt = per_version[0]
+            return [(t, att) for att in decide_batch(sc, cnt, per_value, 1, self.alpha, bits)]
         b = per_version[0][1].shape[0]
-        if len(per_version) == 1:
-            choice = np.zeros(b, dtype=np.int64)
-        else:
-            choice = np.stack([whole_text_log_p(sc, cnt, per_value) for _, sc, cnt in per_version]).argmin(0)
+        choice = np.stack([whole_text_log_p(sc, cnt, per_value) for _, sc, cnt in per_version]).argmin(0)
         out: list[tuple[KeyTable, Attribution]] = [None] * b  # type: ignore[list-item]
         for k, (t, sc, cnt) in enumerate(per_version):
             idx = np.flatnonzero(choice == k)
             if not len(idx):
                 continue
             sel = torch.from_numpy(idx)
-            atts = decide_batch(sc[sel], cnt[sel], per_value, len(per_version), self.alpha,
-                                self.profile.levels[lv - 1].key_bits)
+            atts = decide_batch(sc[sel], cnt[sel], per_value, len(per_version), self.alpha, bits)
             for i, att in zip(idx.tolist(), atts, strict=True):
                 out[i] = (t, att)
         return out

@@ -228,28 +228,29 @@ class KeySource:
             inflight.wait(self.wait_seconds)
         return self._url_keys.get(kid)
 
+    def _local(self, kid: str) -> TrustedKey | None:
+        """A dev-mode or JWKS-file key (the file re-read when it changed)."""
+        if self.settings.jwks_file:
+            self._reload_file()
+        for keys in (self._dev_keys, self._file_keys):
+            if kid in keys:
+                return keys[kid]
+        return None
+
     def peek(self, kid: str) -> TrustedKey | None:
         """The key now trusted under `kid`, never waiting for a fetch (a stale URL set answers None: the caller
         then takes the full path, which refreshes it). Safe on the event loop: at most a stat of the JWKS file."""
-        if self.settings.jwks_file:
-            self._reload_file()
-        for keys in (self._dev_keys, self._file_keys):
-            if kid in keys:
-                return keys[kid]
-        if self.settings.jwks_url:
-            fresh = self._url_fetched and time.monotonic() - self._url_fetched <= self.settings.jwks_cache_seconds
-            return self._url_keys.get(kid) if fresh else None
-        return None
+        key = self._local(kid)
+        if key is not None or not self.settings.jwks_url:
+            return key
+        fresh = self._url_fetched and time.monotonic() - self._url_fetched <= self.settings.jwks_cache_seconds
+        return self._url_keys.get(kid) if fresh else None
 
     def get(self, kid: str) -> TrustedKey | None:
-        if self.settings.jwks_file:
-            self._reload_file()
-        for keys in (self._dev_keys, self._file_keys):
-            if kid in keys:
-                return keys[kid]
-        if self.settings.jwks_url:
+        key = self._local(kid)
+        if key is None and self.settings.jwks_url:
             return self._from_url(kid)
-        return None
+        return key
 
 
 @dataclass(frozen=True)

@@ -155,3 +155,30 @@ def test_api_killed_mid_job_completes_exactly_once_after_restart(sqlite_url, mak
     assert any(a >= 2 for _, _, a, _ in items)  # the killed process's batch was claimed again
     assert len({by for *_, by in items}) == 2  # both processes stored results
     assert len(audited) == 48 and len(set(audited)) == 48  # each item disclosed and audited exactly once
+
+
+def test_closing_the_inprocess_dispatcher_stops_the_running_drain_and_waits(sqlite_url, make_service):
+    """On shutdown the running drain returns at its next batch boundary and close() waits for it: nothing is
+    written after close() returns (a test's schema drop or a migration must not race a drain), and the job
+    is left for the next start (its claimed items' lease expires, as after a crash)."""
+    svc = make_service(sqlite_url, job_batch_size=2, test_hooks=True, worker_test_delay_s=0.3)
+    svc.init_keys()
+    texts = make_texts(svc, 12, steps=30)
+    r = svc.client.post("/v1/jobs", headers=svc.auth("admin", "admin-1"), json={"texts": texts})
+    assert r.status_code == 202, r.text
+    jid = r.json()["job_id"]
+    db = svc.ctx.db
+
+    def done() -> int:
+        return sum(st == "done" for _, st, _, _ in _items(db, jid)[0])
+
+    deadline = time.monotonic() + 60
+    while done() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    svc.ctx.jobs.close()
+    assert time.monotonic() - t0 < 10  # one batch boundary, not the whole job
+    after = done()
+    time.sleep(1.0)  # three more batches' time: a drain still running would store them
+    assert done() == after < 12
+    assert jobs.job_view(db, jid)[1]["status"] == "running"  # left to the next start

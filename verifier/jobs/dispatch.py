@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Protocol
 
 from verifier.db import Database
@@ -42,6 +41,8 @@ class InProcessDispatcher:
         self._make = make_context
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job")
         self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._futures: list[Future] = []
 
     def start(self) -> None:
         """Resume the jobs a previous process left unfinished (claims it held expire with their lease)."""
@@ -52,10 +53,13 @@ class InProcessDispatcher:
             log.info("resuming unfinished jobs", extra={"jobs": len(ids)})
 
     def submit(self, job_id: str) -> None:
-        self._pool.submit(self._run, job_id)
+        fut = self._pool.submit(self._run, job_id)
+        with self._lock:
+            self._futures = [f for f in self._futures if not f.done()] + [fut]
 
     def _run(self, job_id: str) -> None:
         dc = self._make()
+        dc.stop = self._closed
         for _ in range(1000):
             if self._closed.is_set():
                 return
@@ -66,14 +70,20 @@ class InProcessDispatcher:
                 return
             if out.wait is None:
                 return
-            time.sleep(min(out.wait + 0.05, 5.0))
+            self._closed.wait(min(out.wait + 0.05, 5.0))
 
     def ping(self) -> None:
         return None
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop draining: queued jobs are cancelled (they resume at the next start), the running drain returns
+        at its next batch boundary, and is waited for (bounded), so no drain writes to a database that is being
+        shut down or dropped."""
         self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            running = [f for f in self._futures if not f.done()]
+        wait(running, timeout=timeout_s)
 
 
 class CeleryDispatcher:

@@ -65,6 +65,7 @@ class DrainContext:
     max_attempts: int = 5
     device: str = "cpu"
     delay_s: float = 0.0  # test hook only (Settings.drain_delay_s): sleep before storing each batch
+    stop: threading.Event | None = None  # set on shutdown: the drain returns at its next batch boundary
 
     def __repr__(self) -> str:
         return f"DrainContext(worker={self.worker!r}, batch={self.batch_size})"
@@ -131,6 +132,8 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
     try:
         c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s)
         while True:
+            if dc.stop is not None and dc.stop.is_set():  # shutdown: the claim held expires with its lease
+                return DrainOutcome(written + storer.finish(), None)
             if c is None:
                 return DrainOutcome(written + storer.finish(), None)
             if not c.items:

@@ -236,8 +236,12 @@ def _window_sum(x: np.ndarray) -> np.ndarray:
 
 def _cell_tokens(counts: np.ndarray, per_value: bool) -> np.ndarray:
     """Scored tokens per cell [B, cells] from counts [B, W, K]: per segment, or all of them (per-value)."""
-    n = _window_sum(counts)
-    return n.sum(axis=1, keepdims=True) if per_value else n
+    return _per_cell(_window_sum(counts), per_value)
+
+
+def _per_cell(counts: np.ndarray, per_value: bool) -> np.ndarray:
+    """Counts per segment [..., K] as tokens per cell: the segments, or their sum (a per-value level's one cell)."""
+    return counts.sum(axis=-1, keepdims=True) if per_value else counts
 
 
 # Texts whose prefix/suffix regions are examined together: bounds the [texts, 2(W-1), cells, C] arrays
@@ -308,8 +312,7 @@ def _scan(scores: np.ndarray, counts: np.ndarray, per_value: bool):
     s = np.stack(pre_s + suf_s[::-1], axis=1)  # [b, R, cells, C], R = 2(W-1): [0,1)..[0,W-1), [1,W)..[W-1,W)
     c = np.stack(pre_c + suf_c[::-1], axis=1)  # [b, R, K]
     r = s.shape[1]
-    n = c.sum(axis=2, keepdims=True) if per_value else c
-    stats_ = _regions(s.reshape(b * r, *s.shape[2:]), n.reshape(b * r, -1))
+    stats_ = _regions(s.reshape(b * r, *s.shape[2:]), _per_cell(c, per_value).reshape(b * r, -1))
     bounds = [(0, j) for j in range(1, windows)] + [(j, windows) for j in range(1, windows)]
 
     def rows(t: int) -> list[_Region]:

@@ -132,10 +132,8 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
     try:
         c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s)
         while True:
-            if dc.stop is not None and dc.stop.is_set():  # shutdown: the claim held expires with its lease
-                return DrainOutcome(written + storer.finish(), None)
-            if c is None:
-                return DrainOutcome(written + storer.finish(), None)
+            if c is None or (dc.stop is not None and dc.stop.is_set()):  # done, or shutdown (a claim held
+                return DrainOutcome(written + storer.finish(), None)  # then expires with its lease)
             if not c.items:
                 written += storer.finish()
                 return DrainOutcome(written, jobs.wait_hint(dc.db, job_id))

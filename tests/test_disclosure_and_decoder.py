@@ -120,6 +120,36 @@ def test_rotated_versions_report_matching_version_with_correction():
     assert math.isclose(r_new.levels[0].log10_p_value, min(0.0, single.levels[0].log10_p_value + math.log10(2)))
 
 
+
+def test_a_level_without_evidence_names_no_key_version():
+    """With two versions held, the smaller of two null p-values would name a version by chance (CI saw an
+    `absent` level 2 of a new text reported as `l2-v1`): no significant evidence, no version."""
+    old, new, other = make_keyset(PROFILE, 1), make_keyset(PROFILE, 2), make_keyset(PROFILE, 9)
+    new = KeySet(tuple(type(t)(t.level, f"l{t.level}-v2", t.entries, t.position) for t in new.tables))
+    both = {1: [old.tables[0], new.tables[0]], 2: [old.tables[1], new.tables[1]]}
+    rng = np.random.default_rng(11)
+    plain = rng.integers(0, PROFILE.vocab_size, size=(40, 200)).tolist()
+    # level 1 under l1-v2, level 2 under a key the service does not hold: level 2 has no evidence
+    foreign = KeySet((new.tables[0], other.tables[1]))
+    ids = generate(PROFILE, foreign, [{"level1": 1234, "level2": 42}], 200, seed=6).tolist()
+    # level 2 under l2-v2, level-1 entries foreign but its position key l1-v2's: level 2 carries the evidence
+    t1 = new.tables[0]
+    deep = KeySet((type(t1)(1, "l1-v2", other.tables[0].entries, t1.position), new.tables[1]))
+    ids += generate(PROFILE, deep, [{"level1": 99, "level2": 42}], 200, seed=7).tolist()
+    *nulls, half, deep_only = Decoder(PROFILE, both).decode_ids(plain + ids)
+    for r in nulls:
+        lv1, lv2 = r.levels
+        assert (lv2.key_version is None) == (lv2.p_value > 1e-4), lv2
+        assert (lv1.key_version is None) == (lv1.p_value > 1e-4 and not r.watermarked), r
+        assert r.key_version == lv1.key_version
+    assert sum(r.key_version is None for r in nulls) >= 38  # alpha = 1e-4 per level, two versions
+    assert half.key_version == "l1-v2" and half.levels[0].fields == {"level1": 1234}
+    assert half.levels[1].status == "absent" and half.levels[1].key_version is None
+    assert half.to_dict()["levels"][1]["key_version"] is None
+    # level 1 alone is not significant, but the text is, under l1-v2's position key: that version is named
+    assert deep_only.levels[0].p_value > 1e-4 and deep_only.watermarked, deep_only
+    assert deep_only.key_version == "l1-v2" and deep_only.levels[1].key_version == "l2-v2"
+
 def test_decoder_input_errors():
     ks = make_keyset(PROFILE, 4)
     with pytest.raises(DecodeError, match="no level-1"):

@@ -93,3 +93,12 @@ def secret_forms(svc: Service) -> list[bytes]:
                 base64.urlsafe_b64encode(raw).rstrip(b"="),
             ]
     return out
+
+
+def matched_version(result: dict, level: int) -> str | None:
+    """The key version a verify result names at `level`; an `absent` level must name none (spec 13.2), so a
+    test can accept `None` there: whether a short text carries a level's evidence is probabilistic."""
+    lv = result["levels"][level - 1]
+    if lv["status"] == "absent":
+        assert lv["key_version"] is None, lv
+    return lv["key_version"]

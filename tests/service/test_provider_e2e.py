@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.service import matched_version
 from verifier.provider import BundleSource, generate_keypair
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -52,7 +53,8 @@ def _check(results, payloads, version):
     for res, pay in zip(results, payloads, strict=True):
         assert res["watermarked"], res
         assert res["key_version"] == f"l1-{version}"
-        assert [lv["key_version"] for lv in res["levels"]] == [f"l1-{version}", f"l2-{version}"]
+        assert res["levels"][0]["key_version"] == f"l1-{version}"
+        assert matched_version(res, 2) in (f"l2-{version}", None), json.dumps(res)
         model, user = res["levels"][0]["fields"], res["levels"][1]["fields"]
         # a released value is always this text's own payload (never another row's); exactness from 80 tokens
         # is probabilistic, so at least one of the two texts must release its exact user

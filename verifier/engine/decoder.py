@@ -236,18 +236,23 @@ class Decoder:
                 # Deeper levels hang on level 1's position key: without the version that made the text,
                 # their values are meaningless (their evidence stays in p_value).
                 for lv in levels[1:]:
-                    lv.status, lv.fields = "undecodable", dict.fromkeys(lv.fields)
+                    lv.status, lv.fields, lv.key_version = "undecodable", dict.fromkeys(lv.fields), None
                     lv.candidates = lv.spans = None
                     lv.confidence = 0.0
                     lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
             log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
             n_scored = int(counts.sum())
+            watermarked = n_scored > 0 and stats.to_p(log_p) <= self.alpha
+            if watermarked and levels[0].status != "undecodable":
+                # every level was scored under level 1's version (its position key): a significant text
+                # supports that version even where level 1 alone is weak
+                levels[0].key_version = t1.version
             results.append(
                 DecodeResult(
-                    watermarked=n_scored > 0 and stats.to_p(log_p) <= self.alpha,
+                    watermarked=watermarked,
                     p_value=stats.to_p(log_p),
                     log10_p_value=_log10(log_p),
-                    key_version=t1.version,
+                    key_version=levels[0].key_version,
                     tokens_scored=n_scored,
                     levels=levels,
                     flags=_flags(levels),
@@ -300,12 +305,15 @@ class Decoder:
         if level in self.unavailable and status == "absent":
             # no evidence under the versions still held, and the ones that are gone may have made the text
             status, reason = "undecodable", self.unavailable[level]
+        # A version is named only where this level's own evidence is significant: otherwise the smallest of
+        # several null p-values picks one by chance (spec 13.2: an absent level releases nothing).
+        matched = att.status != "undecodable" and att.log_p <= math.log(self.alpha)
         positions = None
         if att.spans:
             positions = reference.scored_positions(list(ids), prof.context_width)
         return LevelResult(
             level=level,
-            key_version=table.version,
+            key_version=table.version if matched else None,
             fields=value_fields(prof, level, att.value if att.status == "decoded" else None),
             confidence=att.confidence,
             p_value=stats.to_p(att.log_p),

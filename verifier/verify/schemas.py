@@ -41,7 +41,8 @@ class LevelOut(BaseModel):
 
     level: int = Field(description="1 = public level (e.g. `model`); deeper levels are private (e.g. `user`)")
     key_version: str | None = Field(
-        description="key version of this level that matched best, e.g. `l2-v1` (null: no usable key)"
+        description="key version of this level that matched, e.g. `l2-v1`; null unless this level's own p-value "
+        "is <= alpha (an absent level names no version)"
     )
     fields: dict[str, int | None] | None = Field(
         description="field values, released only when `status` is `decoded` (this level's own evidence supports "
@@ -79,7 +80,10 @@ class ResultOut(BaseModel):
         description="Fisher combination of the per-level p-values decoded for this caller: it differs between "
         "roles (a moderator sees level 1 only) and grows with the number of key versions tried after a rotation",
     )
-    key_version: str | None = Field(description="level-1 key version the text matched, e.g. `l1-v2`")
+    key_version: str | None = Field(
+        description="level-1 key version the text matched, e.g. `l1-v2`; null unless the text is watermarked "
+        "or level 1's own p-value is <= alpha"
+    )
     tokens_scored: int = Field(
         description="tokens that carry evidence: the first tokens without a full context and tokens whose "
         "context repeats are not scored",

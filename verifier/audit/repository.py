@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from sqlalchemy import or_, select, text
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from verifier.audit.chain import AppendedEvent
@@ -12,6 +12,7 @@ from verifier.audit.models import AuditEventRow, AuditTreeNodeRow, CheckpointRow
 
 # Arbitrary constant naming the audit chain's advisory lock on PostgreSQL.
 _PG_LOCK_KEY = 0x4845524F_41554454 & 0x7FFFFFFFFFFFFFFF
+_PG_LOCK_SQL = f"SELECT pg_advisory_xact_lock({_PG_LOCK_KEY})"  # a constant: fixed SQL to the driver
 
 
 def lock_chain(s: Session) -> None:
@@ -20,8 +21,9 @@ def lock_chain(s: Session) -> None:
     PostgreSQL: transaction-scoped advisory lock. SQLite: every transaction is BEGIN IMMEDIATE
     already (see verifier.db), which holds the database write lock.
     """
-    if s.get_bind().dialect.name == "postgresql":
-        s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+    conn = s.connection()
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(_PG_LOCK_SQL)
 
 
 def head(s: Session) -> AuditEventRow | None:
@@ -41,12 +43,30 @@ def head_ref(s: Session) -> tuple[int, str] | None:
 
 
 _EVENT_COLUMNS = tuple(c.key for c in AuditEventRow.__table__.columns)
+_NODE_COLUMNS = ("level", "idx", "hash")
+
+
+def _insert_many(s: Session, table: str, columns: Sequence[str], rows: list[tuple]) -> None:
+    """Appends rows once per group commit, for every event and node, the cheapest way each driver has:
+    PostgreSQL COPY (psycopg formats the rows in C; SQLAlchemy's per-row parameter handling, psycopg's
+    executemany pipeline or a long multi-row INSERT each cost ~0.8 ms more CPU per 16-event commit), SQLite an
+    executemany of fixed SQL (the sqlite3 module loops in C)."""
+    if not rows:
+        return
+    conn = s.connection()
+    names = ", ".join(columns)
+    if conn.dialect.name == "postgresql":
+        raw = conn.connection.dbapi_connection  # the same connection, inside the caller's transaction
+        with raw.cursor() as cur, cur.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    else:
+        conn.exec_driver_sql(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})", rows)  # noqa: S608 (our table and column names)
 
 
 def insert_events(s: Session, rows: Sequence[AuditEventRow | AppendedEvent]) -> None:
-    """Inserts the rows with one executemany (the ORM unit of work costs ~10x more per row)."""
-    if rows:
-        s.execute(AuditEventRow.__table__.insert(), [{k: getattr(r, k) for k in _EVENT_COLUMNS} for r in rows])
+    _insert_many(s, AuditEventRow.__tablename__, _EVENT_COLUMNS,
+                 [tuple(getattr(r, k) for k in _EVENT_COLUMNS) for r in rows])
 
 
 def page(s: Session, after: int, limit: int) -> list[AuditEventRow]:
@@ -99,8 +119,7 @@ def tree_node(s: Session, level: int, idx: int) -> bytes | None:
 
 
 def add_tree_nodes(s: Session, nodes: list[tuple[int, int, bytes]]) -> None:
-    if nodes:
-        s.execute(AuditTreeNodeRow.__table__.insert(), [{"level": lv, "idx": i, "hash": h} for lv, i, h in nodes])
+    _insert_many(s, AuditTreeNodeRow.__tablename__, _NODE_COLUMNS, nodes)
 
 
 def latest_checkpoint(s: Session) -> CheckpointRow | None:

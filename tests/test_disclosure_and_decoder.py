@@ -132,7 +132,7 @@ def test_a_level_without_evidence_names_no_key_version():
     # level 1 under l1-v2, level 2 under a key the service does not hold: level 2 has no evidence
     foreign = KeySet((new.tables[0], other.tables[1]))
     ids = generate(PROFILE, foreign, [{"level1": 1234, "level2": 42}], 200, seed=6).tolist()
-    # level 2 under l2-v2, level-1 entries foreign but its position key l1-v2's: level 2 carries the evidence
+    # level 2 under l2-v2, level-1 entries foreign (with l1-v2's position key): only level 2 has evidence
     t1 = new.tables[0]
     deep = KeySet((type(t1)(1, "l1-v2", other.tables[0].entries, t1.position), new.tables[1]))
     ids += generate(PROFILE, deep, [{"level1": 99, "level2": 42}], 200, seed=7).tolist()
@@ -140,15 +140,17 @@ def test_a_level_without_evidence_names_no_key_version():
     for r in nulls:
         lv1, lv2 = r.levels
         assert (lv2.key_version is None) == (lv2.p_value > 1e-4), lv2
-        assert (lv1.key_version is None) == (lv1.p_value > 1e-4 and not r.watermarked), r
+        assert (lv1.key_version is None) == (lv1.p_value > 1e-4), r
         assert r.key_version == lv1.key_version
     assert sum(r.key_version is None for r in nulls) >= 38  # alpha = 1e-4 per level, two versions
     assert half.key_version == "l1-v2" and half.levels[0].fields == {"level1": 1234}
     assert half.levels[1].status == "absent" and half.levels[1].key_version is None
     assert half.to_dict()["levels"][1]["key_version"] is None
-    # level 1 alone is not significant, but the text is, under l1-v2's position key: that version is named
+    # the text is significant through level 2 alone: level 2 names its version, level 1 none (level 2's
+    # evidence stays significant under either level-1 version's position key: it supports neither)
     assert deep_only.levels[0].p_value > 1e-4 and deep_only.watermarked, deep_only
-    assert deep_only.key_version == "l1-v2" and deep_only.levels[1].key_version == "l2-v2"
+    assert deep_only.key_version is None and deep_only.levels[0].key_version is None
+    assert deep_only.levels[1].key_version == "l2-v2"
 
 def test_decoder_input_errors():
     ks = make_keyset(PROFILE, 4)
@@ -177,3 +179,20 @@ def test_confidence_is_high_when_marked_and_low_when_not(corpus):
     assert not any(x.watermarked for x in rw)
     assert all(x.levels[0].status == "absent" and x.levels[0].confidence == 0.0 for x in rw)
     assert all(b is None for x in rw for b in x.levels[0].bit_confidence)
+
+
+def test_a_destroyed_version_does_not_hide_evidence_under_a_held_one():
+    """`undecodable` (the version that made the text may be gone) only where the held versions show no evidence:
+    short texts whose level 1 is significant but `absent` (weak segments) were made with a held version."""
+    ks = make_keyset(PROFILE, 5)
+    short = generate(PROFILE, ks, [{"level1": 77, "level2": 5}] * 20, 30, seed=30).tolist()
+    plain = np.random.default_rng(12).integers(0, PROFILE.vocab_size, size=(20, 30)).tolist()
+    gone = "key version(s) l1-v0 destroyed on 2026-01-01; text made with them can no longer be decoded"
+    res = Decoder(PROFILE, {1: [ks.tables[0]]}, unavailable={1: gone}).decode_ids(short + plain)
+    weak = [r.levels[0] for r in res[:20] if r.levels[0].p_value <= 1e-4 and r.levels[0].status != "decoded"]
+    assert len(weak) >= 10
+    for lv in weak:
+        assert lv.status == "absent" and lv.key_version == ks.tables[0].version and lv.reason != gone, lv
+    for r in res[20:]:
+        lv = r.levels[0]
+        assert (lv.status, lv.reason, lv.key_version) == ("undecodable", gone, None), lv

@@ -95,10 +95,13 @@ def secret_forms(svc: Service) -> list[bytes]:
     return out
 
 
-def matched_version(result: dict, level: int) -> str | None:
-    """The key version a verify result names at `level`; an `absent` level must name none (spec 13.2), so a
-    test can accept `None` there: whether a short text carries a level's evidence is probabilistic."""
+def matched_version(result: dict, level: int, alpha: float = 1e-4) -> str | None:
+    """The key version a verify result names at `level`: exactly when the level is decodable and its own p-value
+    is at most `alpha` (spec 13.2), so a test can accept `None` where a short text carried too little of that level's
+    evidence (probabilistic)."""
     lv = result["levels"][level - 1]
-    if lv["status"] == "absent":
-        assert lv["key_version"] is None, lv
+    named = lv["status"] != "undecodable" and lv["p_value"] <= alpha  # undecodable: its level-1 version is gone
+    assert (lv["key_version"] is not None) == named, lv
+    if level == 1:
+        assert result["key_version"] == lv["key_version"], result
     return lv["key_version"]

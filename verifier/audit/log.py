@@ -132,7 +132,8 @@ def receipts(s: Session, signer: LogSigner, rows: Sequence[AuditEventRow], inter
         return []
     n, note = checkpoint(s, signer, interval_s, at=max(r.idx for r in rows))
     tree = view(s, remember=True)
-    return [make_receipt(event_fields(r), r.idx - 1, tree.inclusion_proof(r.idx - 1, n), note) for r in rows]
+    encoded: dict[bytes, str] = {}
+    return [make_receipt(event_fields(r), r.idx - 1, tree.inclusion_proof(r.idx - 1, n), note, encoded) for r in rows]
 
 
 def current_checkpoint(db, signer: LogSigner, interval_s: float) -> tuple[int, str]:

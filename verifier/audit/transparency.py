@@ -437,10 +437,13 @@ def event_leaf(event: dict[str, object]) -> bytes:
     return leaf_hash(canonical(event))
 
 
-def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], checkpoint_note: str) -> dict:
+def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], checkpoint_note: str,
+                 encoded: dict[bytes, str] | None = None) -> dict:
+    """`encoded`: base64 forms already made, shared by the receipts of one batch (their proofs share most nodes)."""
+    memo = {} if encoded is None else encoded
     return {
         "leaf_index": index,
-        "inclusion_proof": [base64.b64encode(p).decode() for p in proof],
+        "inclusion_proof": [memo.get(p) or memo.setdefault(p, base64.b64encode(p).decode()) for p in proof],
         "checkpoint": checkpoint_note,
         "event": event,
     }

@@ -243,10 +243,6 @@ class Decoder:
             log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
             n_scored = int(counts.sum())
             watermarked = n_scored > 0 and stats.to_p(log_p) <= self.alpha
-            if watermarked and levels[0].status != "undecodable":
-                # every level was scored under level 1's version (its position key): a significant text
-                # supports that version even where level 1 alone is weak
-                levels[0].key_version = t1.version
             results.append(
                 DecodeResult(
                     watermarked=watermarked,
@@ -302,12 +298,13 @@ class Decoder:
         seg_counts = counts.sum(0).tolist()  # one call: iterating a tensor costs ~10 µs per element
         undecoded = [k for k, c in enumerate(seg_counts) if c == 0] if not lv.per_value else []
         status, reason = att.status, att.reason
-        if level in self.unavailable and status == "absent":
-            # no evidence under the versions still held, and the ones that are gone may have made the text
-            status, reason = "undecodable", self.unavailable[level]
         # A version is named only where this level's own evidence is significant: otherwise the smallest of
         # several null p-values picks one by chance (spec 13.2: an absent level releases nothing).
         matched = att.status != "undecodable" and att.log_p <= math.log(self.alpha)
+        if level in self.unavailable and status == "absent" and not matched:
+            # no evidence under the versions still held, and the ones that are gone may have made the text (an
+            # `absent` level with significant evidence was made with a held version: it stays `absent`)
+            status, reason = "undecodable", self.unavailable[level]
         positions = None
         if att.spans:
             positions = reference.scored_positions(list(ids), prof.context_width)

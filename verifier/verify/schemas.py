@@ -81,8 +81,8 @@ class ResultOut(BaseModel):
         "roles (a moderator sees level 1 only) and grows with the number of key versions tried after a rotation",
     )
     key_version: str | None = Field(
-        description="level-1 key version the text matched, e.g. `l1-v2`; null unless the text is watermarked "
-        "or level 1's own p-value is <= alpha"
+        description="level-1 key version the text matched, e.g. `l1-v2`; null unless level 1's own "
+        "p-value is <= alpha (a text watermarked through a deeper level alone names none)"
     )
     tokens_scored: int = Field(
         description="tokens that carry evidence: the first tokens without a full context and tokens whose "

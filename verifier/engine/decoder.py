@@ -242,10 +242,9 @@ class Decoder:
                     lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
             log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
             n_scored = int(counts.sum())
-            watermarked = n_scored > 0 and stats.to_p(log_p) <= self.alpha
             results.append(
                 DecodeResult(
-                    watermarked=watermarked,
+                    watermarked=n_scored > 0 and stats.to_p(log_p) <= self.alpha,
                     p_value=stats.to_p(log_p),
                     log10_p_value=_log10(log_p),
                     key_version=levels[0].key_version,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
@@ -107,15 +107,23 @@ class Database:
             finally:
                 s.rollback()
 
-    @contextmanager
-    def reader(self) -> Iterator[Connection]:
-        """A Core connection for one or two small reads off the hot path's ORM overhead (~3x cheaper than a
-        session): SQLite takes no lock (deferred BEGIN), PostgreSQL reads committed data."""
-        with self._snapshot_engine.connect() as conn:
+    def scalar(self, sql: str, *params: object) -> object:
+        """The first column of the first row of one small read, straight through the driver: no transaction
+        object, no statement compilation (SQLite ~18 us against ~260 us through a Core connection; PostgreSQL saves
+        about a round trip). For the hot path's per-batch checks. `sql` takes `?` placeholders. SQLite runs
+        it in autocommit (one statement: one consistent snapshot); PostgreSQL's implicit transaction is
+        rolled back when the pool takes the connection back."""
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.cursor()
             try:
-                yield conn
+                cur.execute(sql if self.dialect == "sqlite" else sql.replace("?", "%s"), params)
+                row = cur.fetchone()
             finally:
-                conn.rollback()
+                cur.close()
+        finally:
+            raw.close()
+        return None if row is None else row[0]
 
     def purge_deleted(self, table: str, attempts: int = 50) -> bool:
         """Physically removes old row versions of `table` after a destruction; True when nothing is left.

@@ -33,6 +33,8 @@ def test_shape_copies_what_the_decoder_adds_and_drops_diagnostics():
     assert not any(k in lv for lv in out["levels"] for k in DIAGNOSTICS)
     out["levels"][0]["candidates"][0]["fields"]["f1"] = 0  # a copy: the decoder's result is untouched
     assert raw["levels"][0]["candidates"][0]["fields"]["f1"] == 7
+    out["levels"][1]["spans"][0][0] = 99  # lists inside lists too
+    assert raw["levels"][1]["spans"] == [[0, 10]]
 
 
 def test_shape_never_copies_a_level_above_the_maximum():

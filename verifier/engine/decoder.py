@@ -225,13 +225,16 @@ class Decoder:
                     j += 1
                 for i, r in zip(group, self._decide_level(lv, per_version), strict=True):
                     deep_levels[d][i] = r
+        # Scored tokens per segment [B][K] under each level-1 version: one reduction and one tolist() per batch
+        # (per text, two small torch calls cost more than the rest of its result).
+        seg_tokens = {v: cnt.sum(1).tolist() for v, (_, cnt) in per_v1.items()}
         results = []
         for i, (t1, att1) in enumerate(level1):
-            counts = per_v1[t1.version][1][i]
-            levels = [self._level_result(1, t1, att1, counts, batch[i])]
+            seg = seg_tokens[t1.version][i]
+            levels = [self._level_result(1, t1, att1, seg, batch[i])]
             for d, lv in enumerate(deeper):
                 t, att = deep_levels[d][i]
-                levels.append(self._level_result(lv, t, att, counts, batch[i]))
+                levels.append(self._level_result(lv, t, att, seg, batch[i]))
             if levels[0].status == "undecodable" and levels[0].level in self.unavailable:
                 # Deeper levels hang on level 1's position key: without the version that made the text,
                 # their values are meaningless (their evidence stays in p_value).
@@ -241,7 +244,7 @@ class Decoder:
                     lv.confidence = 0.0
                     lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
             log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
-            n_scored = int(counts.sum())
+            n_scored = sum(seg)
             results.append(
                 DecodeResult(
                     watermarked=n_scored > 0 and stats.to_p(log_p) <= self.alpha,
@@ -289,12 +292,12 @@ class Decoder:
         return result, out
 
     def _level_result(
-        self, level: int, table: KeyTable, att: Attribution, counts: torch.Tensor, ids: Sequence[int]
+        self, level: int, table: KeyTable, att: Attribution, seg_counts: list[int], ids: Sequence[int]
     ) -> LevelResult:
+        """`seg_counts`: the text's scored tokens per segment (under its level-1 version)."""
         prof = self.profile
         lv = prof.levels[level - 1]
         tried = len(self.tables[level])
-        seg_counts = counts.sum(0).tolist()  # one call: iterating a tensor costs ~10 µs per element
         undecoded = [k for k, c in enumerate(seg_counts) if c == 0] if not lv.per_value else []
         status, reason = att.status, att.reason
         # A version is named only where this level's own evidence is significant: otherwise the smallest of
@@ -315,7 +318,7 @@ class Decoder:
             p_value=stats.to_p(att.log_p),
             log10_p_value=_log10(att.log_p),
             bit_confidence=att.bit_confidence or [None] * lv.value_bits,
-            segment_tokens=seg_counts,
+            segment_tokens=list(seg_counts),  # its own list: the levels of a text share `seg_counts`
             undecoded_segments=undecoded,
             versions_tried=tried,
             status=status,

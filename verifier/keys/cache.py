@@ -57,8 +57,7 @@ class MaterialCache:
     __str__ = __repr__
 
     def epoch(self, profile: Profile) -> int:
-        with self.store.db.reader() as conn:
-            return repo.epoch(conn, profile.name)
+        return repo.current_epoch(self.store.db, profile.name)
 
     def get(self, profile: Profile, max_level: int) -> CachedMaterial:
         """Material of levels 1..min(max_level, depth), current as of the epoch read now."""

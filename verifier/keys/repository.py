@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, func, select, update
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from verifier.keys.models import KeyEpochRow, KeyVersionRow
+
+if TYPE_CHECKING:
+    from verifier.db import Database
 
 
 def list_versions(s: Session, profile: str, max_level: int | None = None) -> list[KeyVersionRow]:
@@ -51,9 +56,10 @@ def all_sealed(s: Session) -> list[KeyVersionRow]:
     )
 
 
-def epoch(s: Session | Connection, profile: str) -> int:
-    """The profile's key epoch (0 before any key change was recorded)."""
-    return int(s.execute(select(KeyEpochRow.epoch).where(KeyEpochRow.profile == profile)).scalar() or 0)
+def current_epoch(db: Database, profile: str) -> int:
+    """The profile's key epoch (0 before any key change was recorded), read outside any transaction through
+    the driver: the material cache reads it once per batch."""
+    return int(db.scalar("SELECT epoch FROM hero_key_epochs WHERE profile = ?", profile) or 0)
 
 
 def bump_epoch(s: Session, profile: str) -> None:

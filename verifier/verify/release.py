@@ -51,8 +51,23 @@ def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
             raise InvalidInput(f"text {i} is not valid Unicode (lone surrogate)") from None
 
 
+def _copy(v):
+    """A deep copy of decoder output (JSON-like data), ~5x cheaper than copy.deepcopy: scalars are shared
+    (immutable), containers are new; anything else goes through deepcopy."""
+    if v is None or type(v) in _SCALARS:
+        return v
+    if type(v) is dict:
+        return {k: _copy(x) for k, x in v.items()}
+    if type(v) is list:
+        return [_copy(x) for x in v]
+    return copy.deepcopy(v)
+
+
+_SCALARS = frozenset({str, int, float, bool})
+
+
 def _public(d: dict) -> dict:
-    return {k: copy.deepcopy(v) for k, v in d.items() if k not in DIAGNOSTICS and k != "levels"}
+    return {k: _copy(v) for k, v in d.items() if k not in DIAGNOSTICS and k != "levels"}
 
 
 def shape(result: dict, max_level: int) -> dict:

@@ -1,6 +1,7 @@
 """Several API processes (`hero serve --workers N`) append to one audit chain: the appends serialise on the
 chain lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory transaction lock), so the log stays ONE chain and
-ONE Merkle tree, with no gap, duplicate index or fork, and every receipt a process handed out verifies."""
+ONE Merkle tree, with no gap, duplicate index or fork, and every receipt a process handed out verifies. A
+process reads the nodes another one wrote in one query (the frontier), not one read per node."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import sys
 import textwrap
 import time
 
-from verifier.audit.service import text_digest, verify_chain
+from sqlalchemy import event
+
+from verifier.audit import log as tlog
+from verifier.audit.log import frontier
+from verifier.audit.service import AuditEvent, record_with_receipts, text_digest, verify_chain
 from verifier.audit.signer import signer_from_settings
-from verifier.audit.transparency import verify_receipt
+from verifier.audit.transparency import MemoryTree, TreeView, leaf_hash, verify_receipt
 from verifier.db import Database, upgrade
 from verifier.settings import Settings
 
@@ -78,3 +83,56 @@ def test_two_processes_appending_at_once_keep_one_chain(db_url, hero_home, tmp_p
     finally:
         db.dispose()
 
+
+
+def test_frontier_is_all_an_append_and_its_proofs_need_from_the_older_tree():
+    """`log.frontier(n)`: the only nodes of leaves [0, n) that appending n.. and proving them can touch."""
+    leaves = [leaf_hash(bytes([i])) for i in range(70)]
+    for n in range(0, 40):
+        for m in range(n + 1, min(n + 20, 70) + 1):
+            full = MemoryTree(leaves[:m])
+            allowed = set(frontier(n))
+            older: dict = {}
+
+            def get(level, idx, full=full, allowed=allowed, n=n, older=older):
+                if (idx + 1) << level <= n:  # a node over older leaves only: must be in the frontier
+                    assert (level, idx) in allowed, f"size {n}: node ({level}, {idx}) is not in the frontier"
+                    older[(level, idx)] = True
+                return full._get(level, idx)
+
+            view = TreeView(get)
+            assert view.mth(0, m) == full.root()
+            for i in range(n, m):
+                assert view.inclusion_proof(i, m) == full.inclusion_proof(i, m)
+
+
+def test_an_append_after_another_process_reads_the_older_tree_in_one_query(db_url, hero_home):
+    """The other process's nodes are not in this one's memory: they come in ONE query, and the receipts verify."""
+    upgrade(db_url)
+    settings = Settings(home=hero_home, database_url=db_url)
+    signer = signer_from_settings(settings)
+    db = Database(db_url)
+    reads: list[str] = []
+
+    def count(conn, cursor, statement, *args):
+        if "hero_audit_tree" in statement and statement.lstrip().upper().startswith("SELECT"):
+            reads.append(statement)
+
+    try:
+        for batch in range(6):
+            tlog._SHARED.clear()  # as if every earlier append had been made by another process
+            texts = [f"t-{batch}-{i}" for i in range(5 + batch)]
+            events = [AuditEvent(action="verify", subject="s", role="moderator", jti="j", levels=[1],
+                                 text_sha256=text_digest(t), outcome="not-watermarked") for t in texts]
+            reads.clear()
+            event.listen(db.engine, "before_cursor_execute", count)
+            try:
+                receipts = record_with_receipts(db, events, signer, 0.0)
+            finally:
+                event.remove(db.engine, "before_cursor_execute", count)
+            assert len(reads) <= 1, reads
+            for t, r in zip(texts, receipts, strict=True):
+                verify_receipt(r, signer.vkey, text=t)
+        assert verify_chain(db, signer.vkey).valid
+    finally:
+        db.dispose()

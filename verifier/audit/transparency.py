@@ -43,9 +43,12 @@ class TransparencyError(ValueError):
 
 
 # -- hashing ---------------------------------------------------------------------------------------
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)  # json.dumps makes one per call
+
+
 def canonical(fields: dict[str, object]) -> bytes:
     """Canonical JSON of an event: sorted keys, no spaces, ASCII (hashed verbatim)."""
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return _CANONICAL.encode(fields).encode()
 
 
 def leaf_hash(data: bytes) -> bytes:

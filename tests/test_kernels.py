@@ -151,8 +151,9 @@ def test_native_is_deterministic_across_threads_and_matches_torch(threads):
     rng = random.Random(100 + threads)
     case = _case(rng, rows=12, h=4, windows=8)
     case["tables"].append((1, _keys(rng, 700), True))
-    case["batch"] = [[rng.randrange(case["vocab"]) for _ in range(300)] for _ in range(12)]
-    case["batch"][3][150:] = case["batch"][3][:150]
+    # 12 x 700 tokens: enough for 8 token-phase threads (the kernel gives each at least 1024 tokens)
+    case["batch"] = [[rng.randrange(case["vocab"]) for _ in range(700)] for _ in range(12)]
+    case["batch"][3][350:] = case["batch"][3][:350]
 
     def fast(*a, **k):
         return cpu_kernel.segment_scores(*a, threads=threads, **k)

@@ -465,7 +465,10 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
             row_start[r] = i;
         }
         int nt = nthreads < 1 ? 1 : (nthreads > 64 ? 64 : nthreads);
-        int nt2 = (int64_t)nt * 64 > n ? ((int)(n / 64) > 0 ? (int)(n / 64) : 1) : nt;
+        /* Phase 2 starts a thread only for >= 1024 tokens of work: starting one costs ~100 us on a small VM,
+           about 500 tokens' worth (a single ~220-token text was ~100 us slower with two threads than one). */
+        int64_t per = n / 1024;
+        int nt2 = per < nt ? (per > 0 ? (int)per : 1) : nt;
         parallel(&w, 2, nt2);
         w.nitems = B * first[ntables];
         int nt3 = w.nitems < nt ? (int)(w.nitems > 0 ? w.nitems : 1) : nt;

@@ -226,3 +226,20 @@ def test_database_busy_on_material_is_503_either_way(lite, make_service, monkeyp
     monkeypatch.setattr(svc.ctx.store, "verification_material", locked)
     r = svc.client.post("/v1/verify", headers=svc.auth("auditor"), json={"texts": TEXTS[:1]})
     assert r.status_code == 503 and "busy" in r.json()["detail"]
+
+
+def test_requests_never_consult_opentelemetry_providers(lite, monkeypatch):
+    """FastAPI's native OpenTelemetry hooks are off: a request neither looks up nor feeds any global provider
+    (nothing leaves through an exporter the service does not configure, and no per-request lookup cost)."""
+    pytest.importorskip("opentelemetry.trace")  # FastAPI without native telemetry does not bring it
+    from opentelemetry import _logs, metrics, trace
+
+    asked = []
+    for mod, name in ((trace, "get_tracer_provider"), (metrics, "get_meter_provider"),
+                      (_logs, "get_logger_provider")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda real=real, name=name: asked.append(name) or real())
+    lite.init_keys()
+    assert lite.client.post("/v1/verify", headers=lite.auth("moderator"), json={"texts": TEXTS[:1]}).status_code == 200
+    assert lite.client.get("/v1/nope", headers=lite.auth("moderator")).status_code == 404
+    assert asked == []

@@ -32,6 +32,9 @@ def test_bench_serve_prints_one_json_line(capsys, generator):
     assert d["errors"] == 0 and d["texts_per_s"] > 0 and d["p99_ms"] >= d["p50_ms"] > 0
     assert d["generator"] == generator and d["texts_per_request"] == 2 and d["role"] == "moderator"
     assert d["tokenizer_tokens_per_s"] > d["tokens_per_s"] > 0
+    before, after = d["tokenizer_tokens_per_s_before_after"]  # the bound: the mean of two idle timings
+    assert before > 0 and after > 0 and d["tokenizer_tokens_per_s"] == pytest.approx((before + after) / 2, abs=0.2)
+    assert d["ratio_to_tokenizer"] == pytest.approx(d["tokens_per_s"] / d["tokenizer_tokens_per_s"], abs=2e-3)
 
 
 def test_server_source_runs_that_checkouts_code(tmp_path, monkeypatch):

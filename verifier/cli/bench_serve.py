@@ -6,7 +6,9 @@ no quotas), drives it for `--seconds` with `--concurrency` keep-alive connection
 `wrk` when installed (scripts/install_wrk), else the asyncio client below; its own CPU share is reported
 (`generator_cpu_share`: CPU seconds / (wall seconds x cores)), and so is the server's, so a figure taken on a
 loaded or too small machine shows it. `tokenizer_tokens_per_s` is the same texts tokenized alone (batched,
-in this process, before the load): the bound a CPU verifier cannot beat.
+in this process, with no server running): the bound a CPU verifier cannot beat. It is the mean of a timing
+before the server starts and one after it stopped (`tokenizer_tokens_per_s_before_after`): on a machine whose
+speed drifts between runs, one timing taken a minute earlier moved the ratio by a third.
 
 Keys: texts_per_s, tokens_per_s, p50_ms, p99_ms, errors, tokenizer_tokens_per_s, plus the settings,
 ratio_to_tokenizer, generator, generator_cpu_share, server_cpu_share and the load average before/after.
@@ -321,7 +323,7 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
     texts = bench_texts(tokenizer, max(DISTINCT_BODIES, m * min(DISTINCT_BODIES, 4)))
     bodies = [json.dumps({"texts": [texts[(b * m + j) % len(texts)] for j in range(m)]}).encode()
               for b in range(DISTINCT_BODIES)]
-    tok_rate, tokens_per_text = tokenizer_rate(tokenizer, texts, max(m, 32))
+    tok_before, tokens_per_text = tokenizer_rate(tokenizer, texts, max(m, 32))
 
     port = free_port()
     cmd = [sys.executable, "-m", "verifier.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
@@ -351,6 +353,8 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+    tok_after, _ = tokenizer_rate(tokenizer, texts, max(m, 32))  # the server is gone: the same idle conditions
+    tok_rate = (tok_before + tok_after) / 2
     cores = os.cpu_count() or 1
     texts_per_s = r["ok"] * m / r["wall_s"]
     return {
@@ -361,6 +365,7 @@ def _run(args: argparse.Namespace, home: Path, db_url: str | None, wrk: str | No
         "p99_ms": round(r["p99_ms"], 2) if r["ok"] else None,
         "errors": r["errors"],
         "tokenizer_tokens_per_s": round(tok_rate, 1),
+        "tokenizer_tokens_per_s_before_after": [round(tok_before, 1), round(tok_after, 1)],
         "ratio_to_tokenizer": round(texts_per_s * tokens_per_text / tok_rate, 3),
         "concurrency": args.concurrency,
         "texts_per_request": m,

@@ -11,16 +11,15 @@ schema, dropped after.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from _common import emit
-from sqlalchemy import create_engine, text
 
 
 def main() -> None:
@@ -29,13 +28,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=12, help="alternating blocks of 40 commits per variant")
     ap.add_argument("--database-url", default=None)
     a = ap.parse_args()
-    url, schema, admin = a.database_url, None, None
-    if url:
-        schema = f"hero_bench_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(url)
-        with admin.begin() as c:
-            c.execute(text(f'CREATE SCHEMA "{schema}"'))
-        url = f"{url}?options=-csearch_path%3D{schema}"
+    from verifier.cli.bench_serve import pg_schema
+
+    with pg_schema(a.database_url) if a.database_url else contextlib.nullcontext() as url:
+        run(a, url)
+
+
+def run(a: argparse.Namespace, url: str | None) -> None:
     home = Path(tempfile.mkdtemp(prefix="hero-audit-commit-"))
     os.environ["HERO_HOME"] = str(home)
     logging.disable(logging.WARNING)
@@ -71,9 +70,6 @@ def main() -> None:
                         cpu[name].append(time.process_time() - c0)
     finally:
         ctx.close()
-        if admin is not None:
-            with admin.begin() as c:
-                c.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
     for name, v in cpu.items():
         emit({"bench": "audit-commit", "variant": name, "database": ctx.db.dialect, "events": a.events,
               "commits": len(v), "cpu_ms_median": round(statistics.median(v) * 1000, 3),

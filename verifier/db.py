@@ -75,6 +75,12 @@ def _private_sqlite_file(path: Path) -> None:
     restrict_files([path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")])
 
 
+def driver_sql(dialect: str, sql: str) -> str:
+    """`sql` written with `?` placeholders, in the driver's parameter style (SQLite `?`, psycopg `%s`): for the
+    few fixed statements the hot path hands straight to the driver."""
+    return sql if dialect == "sqlite" else sql.replace("?", "%s")
+
+
 class Database:
     """Engine + session factory for one URL."""
 
@@ -117,7 +123,7 @@ class Database:
         try:
             cur = raw.cursor()
             try:
-                cur.execute(sql if self.dialect == "sqlite" else sql.replace("?", "%s"), params)
+                cur.execute(driver_sql(self.dialect, sql), params)
                 row = cur.fetchone()
             finally:
                 cur.close()

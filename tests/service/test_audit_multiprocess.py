@@ -15,10 +15,10 @@ import time
 from sqlalchemy import event
 
 from verifier.audit import log as tlog
-from verifier.audit.log import frontier
 from verifier.audit.service import AuditEvent, record_with_receipts, text_digest, verify_chain
 from verifier.audit.signer import signer_from_settings
 from verifier.audit.transparency import MemoryTree, TreeView, leaf_hash, verify_receipt
+from verifier.audit.transparency import frontier_nodes as frontier
 from verifier.db import Database, upgrade
 from verifier.settings import Settings
 
@@ -86,7 +86,7 @@ def test_two_processes_appending_at_once_keep_one_chain(db_url, hero_home, tmp_p
 
 
 def test_frontier_is_all_an_append_and_its_proofs_need_from_the_older_tree():
-    """`log.frontier(n)`: the only nodes of leaves [0, n) that appending n.. and proving them can touch."""
+    """`frontier_nodes(n)`: the only nodes of leaves [0, n) that appending n.. and proving them can touch."""
     leaves = [leaf_hash(bytes([i])) for i in range(70)]
     for n in range(0, 40):
         for m in range(n + 1, min(n + 20, 70) + 1):

@@ -19,7 +19,7 @@ from verifier.audit import repository as repo
 from verifier.audit.chain import row_fields
 from verifier.audit.models import AuditEventRow, CheckpointRow
 from verifier.audit.signer import LogSigner
-from verifier.audit.transparency import TreeView, event_leaf, leaf_hash, make_receipt, new_parents
+from verifier.audit.transparency import TreeView, event_leaf, frontier_nodes, leaf_hash, make_receipt, new_parents
 
 
 class LogCorrupt(RuntimeError):
@@ -73,17 +73,6 @@ def _getter(s: Session, cache: dict[tuple[int, int], bytes], remember: bool = Fa
     return get
 
 
-def frontier(n: int) -> list[tuple[int, int]]:
-    """(level, idx) of the perfect subtrees that make up leaves [0, n), largest first: what appending leaf n
-    and later ones builds on, and (RFC 9162) the left-hand part of every root and inclusion proof from then on."""
-    out, lo = [], 0
-    for level in range(n.bit_length() - 1, -1, -1):
-        if n >> level & 1:
-            out.append((level, lo >> level))
-            lo += 1 << level
-    return out
-
-
 def extend(s: Session, rows: Sequence[AuditEventRow]) -> None:
     """Adds the leaves of freshly appended events (contiguous, in order) to the tree."""
     if not rows:
@@ -91,7 +80,7 @@ def extend(s: Session, rows: Sequence[AuditEventRow]) -> None:
     cache: dict[tuple[int, int], bytes] = s.info.setdefault(_PENDING, {})
     shared = _shared(s)
     # Nodes another process appended are not in this one's memory: fetch the frontier in one query.
-    missing = [k for k in frontier(rows[0].idx - 1) if k not in cache and k not in shared]
+    missing = [k for k in frontier_nodes(rows[0].idx - 1) if k not in cache and k not in shared]
     cache.update(repo.tree_nodes(s, missing))
     get = _getter(s, cache, remember=True)
     nodes = []

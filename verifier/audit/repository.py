@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from verifier.audit.chain import AppendedEvent
 from verifier.audit.models import AuditEventRow, AuditTreeNodeRow, CheckpointRow
+from verifier.db import driver_sql
 
 # Arbitrary constant naming the audit chain's advisory lock on PostgreSQL.
 _PG_LOCK_KEY = 0x4845524F_41554454 & 0x7FFFFFFFFFFFFFFF
@@ -119,16 +120,14 @@ def tree_nodes(s: Session, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, i
     if not keys:
         return {}
     conn = s.connection()
-    mark = "?" if conn.dialect.name == "sqlite" else "%s"
-    where = " OR ".join([f"(level = {mark} AND idx = {mark})"] * len(keys))
-    rows = conn.exec_driver_sql(f"SELECT level, idx, hash FROM {AuditTreeNodeRow.__tablename__} WHERE {where}",  # noqa: S608 (our table; values bound)
-                                tuple(int(x) for key in keys for x in key)).all()
+    where = " OR ".join(["(level = ? AND idx = ?)"] * len(keys))
+    sql = driver_sql(conn.dialect.name, f"SELECT level, idx, hash FROM {AuditTreeNodeRow.__tablename__} WHERE {where}")  # noqa: S608 (our table; values bound)
+    rows = conn.exec_driver_sql(sql, tuple(int(x) for key in keys for x in key)).all()
     return {(int(lv), int(i)): bytes(h) for lv, i, h in rows}
 
 
 def tree_node(s: Session, level: int, idx: int) -> bytes | None:
-    q = select(AuditTreeNodeRow.hash).where(AuditTreeNodeRow.level == level, AuditTreeNodeRow.idx == idx)
-    return s.connection().execute(q).scalar()
+    return tree_nodes(s, [(level, idx)]).get((level, idx))
 
 
 def add_tree_nodes(s: Session, nodes: list[tuple[int, int, bytes]]) -> None:

@@ -193,6 +193,17 @@ class Frontier:
         return EMPTY_ROOT if root is None else root
 
 
+def frontier_nodes(n: int) -> list[tuple[int, int]]:
+    """(level, idx) of the perfect subtrees that make up leaves [0, n), largest first: what appending leaf n
+    and later ones builds on, and the left-hand part of every root and inclusion proof from then on."""
+    out, lo = [], 0
+    for level in range(n.bit_length() - 1, -1, -1):
+        if n >> level & 1:
+            out.append((level, lo >> level))
+            lo += 1 << level
+    return out
+
+
 def new_parents(get: SubtreeGetter, level: int, idx: int, h: bytes) -> list[tuple[int, int, bytes]]:
     """Perfect subtrees completed by adding node (level, idx) = h: its ancestors while it is a right child."""
     out = []

@@ -51,19 +51,19 @@ def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
             raise InvalidInput(f"text {i} is not valid Unicode (lone surrogate)") from None
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _copy(v):
     """A deep copy of decoder output (JSON-like data), ~5x cheaper than copy.deepcopy: scalars are shared
     (immutable), containers are new; anything else goes through deepcopy."""
-    if v is None or type(v) in _SCALARS:
+    if type(v) in _SCALARS:
         return v
     if type(v) is dict:
         return {k: _copy(x) for k, x in v.items()}
     if type(v) is list:
         return [_copy(x) for x in v]
     return copy.deepcopy(v)
-
-
-_SCALARS = frozenset({str, int, float, bool})
 
 
 def _public(d: dict) -> dict:

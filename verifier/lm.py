@@ -35,6 +35,7 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "model_names",
+    "tokenize_in_calling_thread",
 ]
 
 # Logits width (== model.config.vocab_size == len(tokenizer)), measured on the shipped weights.
@@ -93,6 +94,19 @@ def cache_dir(name: str) -> Path:
     """Where the converted model `name` lives: <cache_root>/<name>-<package version>."""
     spec = _spec(name)
     return cache_root() / f"{spec.name}-{_version(spec)}"
+
+
+TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"  # the Rust tokenizers' switch, read at every batch call
+
+
+def tokenize_in_calling_thread() -> None:
+    """For a process that is one of several per core (`hero serve --workers N`): batch tokenization runs in
+    the calling thread instead of the tokenizers' Rayon pool. Between the frequent small batches of a busy
+    server the pool's threads spin-wait for work, and with a pool in every process they spun on the cores
+    the other processes needed: 32 single-text clients on 2 workers took 1.64 ms of server CPU per text with
+    the pools and 1.24 ms without (docs/performance.md, session 8). An explicit TOKENIZERS_PARALLELISM wins.
+    Processes started afterwards inherit the setting."""
+    os.environ.setdefault(TOKENIZERS_PARALLELISM, "false")
 
 
 class LockedTokenizer:

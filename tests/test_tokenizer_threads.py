@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_an_explicit_setting_wins(monkeypatch):
 def test_serve_tokenizes_serially_only_with_several_workers(tmp_path, monkeypatch, workers, serial):
     import uvicorn
 
-    from verifier import logs
+    from verifier import app, logs
     from verifier.cli import service
     from verifier.settings import Settings
 
@@ -62,6 +63,10 @@ def test_serve_tokenizes_serially_only_with_several_workers(tmp_path, monkeypatc
     monkeypatch.delenv(TOKENIZERS_PARALLELISM)  # restored (absent) after the test, whatever cmd_serve sets
     monkeypatch.setattr(uvicorn, "run", lambda target, **kw: None)
     monkeypatch.setattr(logs, "configure_logging", lambda level: None)
+    # one worker builds its app here: a stand-in, so this process neither loads the tokenizer nor freezes its heap
+    ctx = SimpleNamespace(profile=SimpleNamespace(tokenizer="smollm2"), tokenizers=lambda name: None)
+    monkeypatch.setattr(app, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(ctx=ctx)))
+    monkeypatch.setattr(app, "freeze_startup_heap", lambda: None)
     (tmp_path / "roles.yaml").write_text("roles:\n  moderator: {max_level: 1, actions: [verify]}\n")
     settings = Settings(home=tmp_path / "home", roles_file=tmp_path / "roles.yaml",
                         database_url=f"sqlite:///{tmp_path / 'x.db'}", dev_mode=True)

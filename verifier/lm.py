@@ -96,7 +96,7 @@ def cache_dir(name: str) -> Path:
     return cache_root() / f"{spec.name}-{_version(spec)}"
 
 
-TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"  # the Rust tokenizers' switch, read at every batch call
+TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"  # the Rust tokenizers' switch for their thread pool
 
 
 def tokenize_in_calling_thread() -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+from types import SimpleNamespace
 
 import pytest
 
 from verifier.cli.service import MAX_AUTO_WORKERS, _workers_arg, resolve_workers
+from verifier.lm import TOKENIZERS_PARALLELISM
 from verifier.settings import Settings
 
 NO_LIMITS = "roles:\n  moderator: {max_level: 1, actions: [verify]}\n"
@@ -74,3 +77,24 @@ def test_serve_logs_the_warning(tmp_path, monkeypatch):
     service.cmd_serve(args)
     assert calls["workers"] == 2 and calls["factory"] is True and calls["target"] == "verifier.app:app_from_env"
     assert any("up to 2x its configured quota" in w for w in warnings)
+
+
+@pytest.mark.parametrize("workers, serial", [(2, True), (1, False)])
+def test_serve_tokenizes_serially_only_with_several_workers(tmp_path, monkeypatch, workers, serial):
+    """Several workers: each tokenizes in its calling thread (tests/test_tokenizer_threads.py); one keeps the pool."""
+    import uvicorn
+
+    from verifier import app, logs
+    from verifier.cli import service
+
+    monkeypatch.setenv(TOKENIZERS_PARALLELISM, "unset-below")
+    monkeypatch.delenv(TOKENIZERS_PARALLELISM)  # restored (absent) after the test, whatever cmd_serve sets
+    monkeypatch.setattr(uvicorn, "run", lambda target, **kw: None)
+    monkeypatch.setattr(logs, "configure_logging", lambda level: None)
+    # one worker builds its app here: a stand-in, so this process neither loads the tokenizer nor freezes its heap
+    ctx = SimpleNamespace(profile=SimpleNamespace(tokenizer="smollm2"), tokenizers=lambda name: None)
+    monkeypatch.setattr(app, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(ctx=ctx)))
+    monkeypatch.setattr(app, "freeze_startup_heap", lambda: None)
+    settings = _settings(tmp_path, NO_LIMITS)
+    service.cmd_serve(argparse.Namespace(workers=workers, host=None, port=None, hero_settings=settings))
+    assert (os.environ.get(TOKENIZERS_PARALLELISM) == "false") is serial

@@ -1,14 +1,12 @@
 """`hero serve --workers N` tokenizes in each worker's calling thread (verifier.lm.tokenize_in_calling_thread):
-no tokenizer thread pool per process, the same ids."""
+no tokenizer thread pool per process, the same ids. That `hero serve` asks for it: tests/test_serve_workers.py."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -49,26 +47,3 @@ def test_an_explicit_setting_wins(monkeypatch):
     monkeypatch.delenv(TOKENIZERS_PARALLELISM)  # recorded above: restored after the test
     tokenize_in_calling_thread()
     assert os.environ[TOKENIZERS_PARALLELISM] == "false"
-
-
-@pytest.mark.parametrize("workers, serial", [(2, True), (1, False)])
-def test_serve_tokenizes_serially_only_with_several_workers(tmp_path, monkeypatch, workers, serial):
-    import uvicorn
-
-    from verifier import app, logs
-    from verifier.cli import service
-    from verifier.settings import Settings
-
-    monkeypatch.setenv(TOKENIZERS_PARALLELISM, "unset-below")
-    monkeypatch.delenv(TOKENIZERS_PARALLELISM)  # restored (absent) after the test, whatever cmd_serve sets
-    monkeypatch.setattr(uvicorn, "run", lambda target, **kw: None)
-    monkeypatch.setattr(logs, "configure_logging", lambda level: None)
-    # one worker builds its app here: a stand-in, so this process neither loads the tokenizer nor freezes its heap
-    ctx = SimpleNamespace(profile=SimpleNamespace(tokenizer="smollm2"), tokenizers=lambda name: None)
-    monkeypatch.setattr(app, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(ctx=ctx)))
-    monkeypatch.setattr(app, "freeze_startup_heap", lambda: None)
-    (tmp_path / "roles.yaml").write_text("roles:\n  moderator: {max_level: 1, actions: [verify]}\n")
-    settings = Settings(home=tmp_path / "home", roles_file=tmp_path / "roles.yaml",
-                        database_url=f"sqlite:///{tmp_path / 'x.db'}", dev_mode=True)
-    service.cmd_serve(argparse.Namespace(workers=workers, host=None, port=None, hero_settings=settings))
-    assert (os.environ.get(TOKENIZERS_PARALLELISM) == "false") is serial

@@ -187,9 +187,8 @@ class Frontier:
     def root(self) -> bytes:
         """MTH of the leaves so far: the subtrees of the binary decomposition of size, folded right to left."""
         root: bytes | None = None
-        for level in range(self.size.bit_length()):
-            if self.size >> level & 1:
-                root = self.last[level] if root is None else node_hash(self.last[level], root)
+        for level, _idx in reversed(frontier_nodes(self.size)):
+            root = self.last[level] if root is None else node_hash(self.last[level], root)
         return EMPTY_ROOT if root is None else root
 
 

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "provider" / "generate_from_bundle.py"
-TOKENS = 80
+TOKENS = 120  # with 80, a clean-clone CI run had one text just short of significance (p 1.4e-4, 76 tokens scored)
 PROMPTS = ["The history of the printing press", "A short guide to growing tomatoes"]
 
 
@@ -55,7 +55,7 @@ def _check(results, payloads, version):
         assert matched_version(res, 1) in (f"l1-{version}", None), json.dumps(res)
         assert matched_version(res, 2) in (f"l2-{version}", None), json.dumps(res)
         model, user = res["levels"][0]["fields"], res["levels"][1]["fields"]
-        # a released value is always this text's own payload (never another row's); exactness from 80 tokens
+        # a released value is always this text's own payload (never another row's); exactness from 120 tokens
         # is probabilistic, so at least one of the two texts must release its exact user
         assert model is None or model["model"] in (pay["model"], None)
         assert user is None or user["user"] in (pay["user"], None)

@@ -3,6 +3,7 @@ statement per batch for results, the job key unwrapped once per drain, and the a
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -180,3 +181,63 @@ def test_a_batch_whose_audit_write_fails_is_not_stored_and_the_drain_stops(sqlit
         audited = list(s.scalars(select(AuditEventRow.detail).where(AuditEventRow.detail.like(f"job={jid} %"))))
     assert sorted(audited) == sorted(f"job={jid} item={i}" for i in range(6))
     assert verify_chain(db).valid
+
+
+def test_the_next_batch_is_tokenized_on_its_own_thread_while_this_one_decodes(sqlite_url, make_service, monkeypatch):
+    """Batches are claimed and tokenized ahead (the tokenizer thread) of the one being decoded: by the time a
+    batch is stored, the two after it are claimed; results are those of inline decoding."""
+    svc = make_service(sqlite_url)
+    svc.init_keys()
+    texts = make_texts(svc, 10, steps=40)
+    db = svc.ctx.db
+    jid = jobs.create_job(db, svc.ctx.store.kek, owner_sub="admin-1", role="admin", jti="j",
+                          profile=svc.ctx.profile.name, max_level=2, alpha=svc.settings.alpha, texts=texts)
+    order: list[tuple[str, object]] = []
+    real_claim, real_complete = jobs.claim, jobs.complete
+
+    def claim(*a, **k):
+        c = real_claim(*a, **k)
+        order.append(("claim", _idx(c)[0] if c is not None and c.items else None))
+        return c
+
+    def complete(db_, c, *a, **k):
+        order.append(("store", _idx(c)[0]))
+        return real_complete(db_, c, *a, **k)
+
+    tok = svc.ctx.tokenizers(svc.ctx.profile.tokenizer)
+    threads: list[str] = []
+
+    class Recording:
+        def encode_ids(self, batch):
+            threads.append(threading.current_thread().name)
+            return tok.encode_ids(batch)
+
+    monkeypatch.setattr(jobs, "claim", claim)
+    monkeypatch.setattr(jobs, "complete", complete)
+    dc = _context(svc, 2)
+    dc.tokenizer = lambda _name: Recording()
+    assert drain(dc, jid).written == 10
+    assert len(threads) == 5 and all(t.startswith("hero-job-tokenize") for t in threads)
+    stores = [i for i, (kind, _) in enumerate(order) if kind == "store"]
+    claimed_before = [sum(1 for kind, first in order[:i] if kind == "claim" and first is not None) for i in stores]
+    # batch k (1-based) is stored after batches up to k+2 were claimed (the first one: after k+1, while the
+    # drain still times its batches); the last ones: once all five were.
+    assert claimed_before[0] >= 2 and all(n >= min(k + 3, 5) for k, n in enumerate(claimed_before) if k)
+    doc = svc.job(jid)
+    assert doc["status"] == "done" and doc["results"] == svc.verify_inline(texts, "admin")
+
+
+def test_batches_slow_against_the_lease_are_claimed_one_at_a_time(sqlite_url, make_service):
+    """A claim made ahead waits for the batches before it; when batches take a large part of the lease, the
+    drain claims only what it decodes next, so none of its claims expires and is taken again (attempts 1)."""
+    svc = make_service(sqlite_url)
+    db = svc.ctx.db
+    jid = _job(svc, 8)
+    svc.init_keys()
+    dc = _context(svc, 2)
+    dc.lease_s, dc.delay_s = 1.0, 0.6  # two batches outlast the lease
+    assert drain(dc, jid).written == 8
+    with db.session() as s:
+        attempts = list(s.scalars(select(JobItemRow.attempts).where(JobItemRow.job_id == jid)))
+        audited = list(s.scalars(select(AuditEventRow.detail).where(AuditEventRow.detail.like(f"job={jid} %"))))
+    assert attempts == [1] * 8 and sorted(audited) == sorted(f"job={jid} item={i}" for i in range(8))

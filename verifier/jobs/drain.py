@@ -11,6 +11,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -119,49 +120,124 @@ class _Storer:
                 self._pool.shutdown(wait=True)
 
 
-def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
-    """Claims batches until none is left; each batch is decoded here and stored while the next one decodes.
+Prepared = tuple[list[str], list[list[int]]]  # a claim's texts and their token ids
+Prepare = Callable[[jobs.Claim], Prepared]
 
-    A batch's claim is taken while no store is in flight (SQLite has one writer: it would wait for that
-    commit). A store that fails (e.g. the audit log) stops the drain with its exception before anything else
-    is claimed or stored; its items stay claimed until their lease expires, as after a crash.
+
+class _Tokenized:
+    """The tokenizer the decoder is handed for a batch the drain's tokenizer thread has already tokenized."""
+
+    def __init__(self, ids: list[list[int]]) -> None:
+        self._ids = ids
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        if len(texts) != len(self._ids):
+            raise RuntimeError("tokenized batch does not match the texts being decoded")
+        return self._ids
+
+
+class _Ahead:
+    """The claims after the one being decoded, each opened and tokenized on one background thread.
+
+    Tokenization is most of a batch's CPU and runs without the GIL, so the next batch is tokenized while
+    this one is decoded (and the previous one stored). Claims are made here only while no store is in
+    flight (SQLite has one writer). A claim made two batches ahead is decoded two batches later, so it is
+    made only while batches take at most 1/6 of the lease (`pace`); otherwise claims are made one at a time,
+    as they are needed, and none waits past its lease to be taken again by this very drain. A drain
+    that stops leaves its claims to expire with their lease, as after a crash."""
+
+    def __init__(self, dc: DrainContext, job_id: str) -> None:
+        self.dc, self.job_id = dc, job_id
+        self.depth = 1  # until a batch has been timed
+        self.queue: deque[tuple[jobs.Claim, Future[Prepared]]] = deque()
+        self.end: jobs.Claim | None = None  # the claim that ended claiming: no items, or out of attempts
+        self.final = False  # the job is final (or gone): nothing more to claim
+        self._next_idx = 0
+        self._pool: ThreadPoolExecutor | None = None
+
+    def pace(self, batch_s: float) -> None:
+        """Seconds the last batch took, from taking it off the queue to handing it to the store."""
+        self.depth = 2 if 6 * batch_s <= self.dc.lease_s else 1
+
+    @property
+    def open(self) -> bool:
+        return self.end is None and not self.final
+
+    def claim(self) -> jobs.Claim | None:
+        """One claim, queued only when it holds items to decode (else it ends claiming and is returned)."""
+        dc = self.dc
+        c = jobs.claim(dc.db, self.job_id, dc.worker, dc.batch_size, dc.lease_s, self._next_idx)
+        if c is None:
+            self.final = True
+        elif not c.items or c.attempts > dc.max_attempts:
+            self.end = c
+        else:
+            self._next_idx = c.next_idx
+        return c
+
+    def fill(self, prepare: Prepare) -> None:
+        while self.open and len(self.queue) < self.depth:
+            c = self.claim()
+            if self.open and c is not None:
+                self.submit(c, prepare)
+
+    def submit(self, c: jobs.Claim, prepare: Prepare) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job-tokenize")
+        self.queue.append((c, self._pool.submit(prepare, c)))
+
+    def close(self) -> None:
+        for _, fut in self.queue:
+            fut.cancel()
+        self.queue.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
+    """Claims batches until none is left; each batch is decoded here while the next one is tokenized and the
+    previous one stored (one background thread each).
+
+    A claim is taken while no store is in flight (SQLite has one writer: it would wait for that commit). A
+    store that fails (e.g. the audit log) stops the drain with its exception before anything else is claimed
+    or stored; its items stay claimed until their lease expires, as after a crash.
     """
     written = 0
     profile = material = handed = decoder = dek = None
     storer = _Storer()
+    ahead = _Ahead(dc, job_id)
+    prepare = None
     try:
-        c = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s)
-        while True:
-            if c is None or (dc.stop is not None and dc.stop.is_set()):  # done, or shutdown (a claim held
-                return DrainOutcome(written + storer.finish(), None)  # then expires with its lease)
-            if not c.items:
-                written += storer.finish()
-                return DrainOutcome(written, jobs.wait_hint(dc.db, job_id))
-            if c.attempts > dc.max_attempts:
-                written += storer.finish()
-                jobs.fail(dc.db, job_id, f"items could not be decoded after {dc.max_attempts} attempts")
-                return DrainOutcome(written, None)
+        first = ahead.claim()
+        if first is None:
+            return DrainOutcome(0, None)
+        if ahead.open:
             try:
-                if dek is None:
-                    dek = jobs.job_key(dc.store.kek, c.job)  # unwrapped once per drain, not per batch
-                texts = jobs.open_texts(dc.store.kek, c, dek)
-                if material is None:
-                    profile = dc.profiles(c.job.profile)
-                    material = tables_for(dc.store, profile, c.job, dc.policy)
-                    handed = handed_summary(material)
-                    # key words expanded once per drain, not per batch
-                    decoder = make_decoder(profile, material.tables, alpha=c.job.alpha,
-                                           unavailable=material.unavailable)
-                assert profile is not None and handed is not None
-                tok = dc.tokenizer(profile.tokenizer)
-                raw = decode_material(material, profile, texts, c.job.alpha, tok, dc.device,
+                dek = jobs.job_key(dc.store.kek, first.job)  # unwrapped once per drain, not per batch
+                profile = dc.profiles(first.job.profile)
+                material = tables_for(dc.store, profile, first.job, dc.policy)
+                handed = handed_summary(material)
+                # key words expanded once per drain, not per batch
+                decoder = make_decoder(profile, material.tables, alpha=first.job.alpha,
+                                       unavailable=material.unavailable)
+                prepare = partial(_prepare, dc.store.kek, dek, dc.tokenizer(profile.tokenizer))
+            except DomainError as exc:
+                return _failed(dc, job_id, exc, 0)
+            ahead.submit(first, prepare)
+            ahead.fill(prepare)
+        while ahead.queue:
+            if dc.stop is not None and dc.stop.is_set():  # shutdown: the claims held expire with their lease
+                return DrainOutcome(written + storer.finish(), None)
+            t0 = time.monotonic()
+            c, prepared = ahead.queue.popleft()
+            assert profile is not None and material is not None and handed is not None
+            try:
+                texts, ids = prepared.result()
+                raw = decode_material(material, profile, texts, c.job.alpha, _Tokenized(ids), dc.device,
                                       decoder if dc.device == "cpu" else None)
             except DomainError as exc:
-                written += storer.finish()
-                jobs.fail(dc.db, job_id, str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
-                log.warning("job failed", extra={"job_id": job_id, "error": exc.__class__.__name__})
-                return DrainOutcome(written, None)
-            del texts
+                return _failed(dc, job_id, exc, written + storer.finish())
+            del texts, ids
             results = [shape(r, c.job.max_level) for r in raw]
             actor = Actor(c.job.owner_sub, c.job.role, c.job.jti)
             details = [f"job={c.job.id} item={idx}" for _, idx, *_ in c.items]
@@ -169,14 +245,36 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             if dc.delay_s:
                 time.sleep(dc.delay_s)
             written += storer.finish()  # the previous batch: stored, or its failure raised here
-            nxt = jobs.claim(dc.db, job_id, dc.worker, dc.batch_size, dc.lease_s, c.next_idx)
+            ahead.pace(time.monotonic() - t0)
+            ahead.fill(prepare)
             storer.submit(partial(_store, dc, c, results, events, handed))
-            c = nxt
+        written += storer.finish()
+        end = ahead.end
+        if end is None:  # the job is final (or gone)
+            return DrainOutcome(written, None)
+        if end.items:  # out of attempts
+            jobs.fail(dc.db, job_id, f"items could not be decoded after {dc.max_attempts} attempts")
+            return DrainOutcome(written, None)
+        return DrainOutcome(written, jobs.wait_hint(dc.db, job_id))
     finally:
         try:
             storer.close()
         finally:
-            del material, decoder, dek
+            ahead.close()
+            del material, decoder, dek, prepare
+
+
+def _prepare(kek, dek: bytes, tokenizer, c: jobs.Claim) -> Prepared:
+    """On the tokenizer thread: a claim's texts and their token ids."""
+    texts = jobs.open_texts(kek, c, dek)
+    encode = getattr(tokenizer, "encode_ids", None)  # as Decoder.decode_texts tokenizes
+    return texts, encode(texts) if encode else tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def _failed(dc: DrainContext, job_id: str, exc: DomainError, written: int) -> DrainOutcome:
+    jobs.fail(dc.db, job_id, str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__)
+    log.warning("job failed", extra={"job_id": job_id, "error": exc.__class__.__name__})
+    return DrainOutcome(written, None)
 
 
 def _store(dc: DrainContext, c: jobs.Claim, results: list[dict], events: list, handed: dict[int, list[str]]) -> int:

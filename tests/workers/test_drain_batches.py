@@ -119,13 +119,18 @@ def _context(svc, batch: int) -> DrainContext:
                         policy=ctx.policy, worker="test", batch_size=batch)
 
 
+def _generated_job(svc, n: int) -> tuple[list[str], str]:
+    """n watermarked texts (keys initialised) and the id of an admin job over them."""
+    svc.init_keys()
+    texts = make_texts(svc, n, steps=40)
+    jid = jobs.create_job(svc.ctx.db, svc.ctx.store.kek, owner_sub="admin-1", role="admin", jti="j",
+                          profile=svc.ctx.profile.name, max_level=2, alpha=svc.settings.alpha, texts=texts)
+    return texts, jid
+
+
 def test_drain_unwraps_the_job_key_once_and_results_match_verify(sqlite_url, make_service, monkeypatch):
     svc = make_service(sqlite_url)
-    svc.init_keys()
-    texts = make_texts(svc, 7, steps=40)
-    db = svc.ctx.db
-    jid = jobs.create_job(db, svc.ctx.store.kek, owner_sub="admin-1", role="admin", jti="j",
-                          profile=svc.ctx.profile.name, max_level=2, alpha=svc.settings.alpha, texts=texts)
+    texts, jid = _generated_job(svc, 7)
     calls = []
     real = jobs.job_key
     monkeypatch.setattr(jobs, "job_key", lambda kek, job: calls.append(job.id) or real(kek, job))
@@ -152,11 +157,8 @@ def test_a_batch_whose_audit_write_fails_is_not_stored_and_the_drain_stops(sqlit
     """Fail closed with the background store: no audit row, no stored result, nothing stored after it; the
     items are taken again once their leases expire, each stored and audited exactly once."""
     svc = make_service(sqlite_url)
-    svc.init_keys()
-    texts = make_texts(svc, 6, steps=40)
+    texts, jid = _generated_job(svc, 6)
     db = svc.ctx.db
-    jid = jobs.create_job(db, svc.ctx.store.kek, owner_sub="admin-1", role="admin", jti="j",
-                          profile=svc.ctx.profile.name, max_level=2, alpha=svc.settings.alpha, texts=texts)
 
     def broken(*_a, **_k):
         raise RuntimeError("audit log down")
@@ -187,11 +189,7 @@ def test_the_next_batch_is_tokenized_on_its_own_thread_while_this_one_decodes(sq
     """Batches are claimed and tokenized ahead (the tokenizer thread) of the one being decoded: by the time a
     batch is stored, the two after it are claimed; results are those of inline decoding."""
     svc = make_service(sqlite_url)
-    svc.init_keys()
-    texts = make_texts(svc, 10, steps=40)
-    db = svc.ctx.db
-    jid = jobs.create_job(db, svc.ctx.store.kek, owner_sub="admin-1", role="admin", jti="j",
-                          profile=svc.ctx.profile.name, max_level=2, alpha=svc.settings.alpha, texts=texts)
+    texts, jid = _generated_job(svc, 10)
     order: list[tuple[str, object]] = []
     real_claim, real_complete = jobs.claim, jobs.complete
 

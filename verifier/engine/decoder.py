@@ -102,6 +102,13 @@ def _flags(levels: list[LevelResult]) -> list[str]:
     return flags
 
 
+def token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The ids a decoder scores: no special tokens added. verifier.lm's tokenizers offer the faster batch call
+    (same ids); any HF tokenizer works too."""
+    encode = getattr(tokenizer, "encode_ids", None)
+    return encode(list(texts)) if encode else tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+
 class Decoder:
     """Decodes a batch for exactly the levels whose tables it is given."""
 
@@ -152,10 +159,7 @@ class Decoder:
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise DecodeError(f"text {i} is empty")
-        # verifier.lm's tokenizers offer the faster batch call (same ids); any HF tokenizer works too
-        encode = getattr(tokenizer, "encode_ids", None)
-        ids = encode(list(texts)) if encode else tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        return self.decode_ids(ids)
+        return self.decode_ids(token_ids(tokenizer, texts))
 
     # -- decoding ---------------------------------------------------------------------------
     def _scores(self, ids, lengths, pos_version: str, level_tables: list[tuple[int, KeyTable]]):

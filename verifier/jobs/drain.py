@@ -22,6 +22,7 @@ from verifier.audit.service import Actor
 from verifier.auth.policy import Policy
 from verifier.db import Database
 from verifier.engine.availability import make_decoder
+from verifier.engine.decoder import token_ids
 from verifier.engine.profile import Profile, resolve_profile
 from verifier.errors import DomainError
 from verifier.jobs import service as jobs
@@ -156,7 +157,8 @@ class _Ahead:
         self._pool: ThreadPoolExecutor | None = None
 
     def pace(self, batch_s: float) -> None:
-        """Seconds the last batch took, from taking it off the queue to handing it to the store."""
+        """How far ahead to claim, given `batch_s`: the seconds the last batch took, from taking it off the
+        queue to handing it to the store."""
         self.depth = 2 if 6 * batch_s <= self.dc.lease_s else 1
 
     @property
@@ -267,8 +269,7 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
 def _prepare(kek, dek: bytes, tokenizer, c: jobs.Claim) -> Prepared:
     """On the tokenizer thread: a claim's texts and their token ids."""
     texts = jobs.open_texts(kek, c, dek)
-    encode = getattr(tokenizer, "encode_ids", None)  # as Decoder.decode_texts tokenizes
-    return texts, encode(texts) if encode else tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return texts, token_ids(tokenizer, texts)
 
 
 def _failed(dc: DrainContext, job_id: str, exc: DomainError, written: int) -> DrainOutcome:

@@ -53,6 +53,11 @@ def sign_in(page, role: str) -> None:
     page.wait_for_selector("#nav:not([hidden])")
 
 
+def as_typed(text: str) -> str:
+    """`text` as a textarea's value holds it: the HTML spec normalises CR LF and CR to LF."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def verify(page, text: str):
     page.get_by_label("Text", exact=True).fill(text)
     page.get_by_role("button", name="Verify", exact=True).click()
@@ -125,7 +130,8 @@ def test_auditor_sees_private_levels_mixed_candidates_spans_and_receipt(browser,
     page.get_by_role("button", name="Show which tokens carry the mark").click()
     view = page.locator("[data-testid=evidence] pre.evidence")
     view.wait_for()
-    assert view.inner_text() == live.texts[1]  # the whole text, unchanged, only wrapped
+    # the whole text, unchanged, only wrapped; as a textarea holds it (line breaks as LF: generated texts can hold CR)
+    assert view.inner_text() == as_typed(live.texts[1])
     assert page.locator("[data-testid=evidence] mark").count() > 20
     screenshot(page, "verify-evidence")
 
@@ -142,6 +148,29 @@ def test_auditor_sees_private_levels_mixed_candidates_spans_and_receipt(browser,
     spans = level2.locator("[data-testid=spans] tbody tr")
     assert spans.count() == 2 and spans.nth(1).inner_text().startswith("91–180")
     screenshot(page, "verify-mixed")
+
+
+def test_the_evidence_view_keeps_characters_outside_the_bmp(browser, live):
+    """Token offsets count code points; the view once sliced UTF-16 units, so from the first emoji on it shaded
+    the wrong characters (and could cut one in half)."""
+    page = browser.page(live.url)
+    sign_in(page, "auditor")
+    head, tail = live.texts[1][:300], live.texts[1][300:]
+    text = as_typed(f"\U0001d518nicode \U0001f600 {head} \U0001f389\U0001f389 {tail} \U0001f44d")
+    assert verify(page, text).locator("[data-testid=verdict] strong").inner_text() == "Watermarked"
+    with page.expect_response("**/v1/verify/evidence") as answer:
+        page.get_by_role("button", name="Show which tokens carry the mark").click()
+    view = page.locator("[data-testid=evidence] pre.evidence")
+    view.wait_for()
+    marked, at = [], 0
+    for t in answer.value.json()["tokens"]:  # what the view shades: each scored token's own characters
+        if t["start"] < at:
+            continue
+        if t["evidence"] >= 2:
+            marked.append(text[t["start"] : t["end"]])
+        at = t["end"]
+    assert view.inner_text() == text
+    assert len(marked) > 20 and page.locator("[data-testid=evidence] mark").all_inner_texts() == marked
 
 
 def test_admin_manages_key_versions_and_filters_the_audit_log(browser, live):

@@ -219,18 +219,22 @@
     try {
       const { data } = await api("POST", "/v1/verify/evidence", { text });
       const view = el("pre", { class: "text evidence", "aria-label": "Text with per-token evidence" });
+      // The API's offsets count code points (Python str indices); JS strings count UTF-16 units, which differ
+      // from the first character outside the BMP (an emoji) on.
+      const chars = Array.from(text);
+      const cut = (a, b) => chars.slice(a, b).join("");
       let at = 0;
       let marked = 0;
       for (const t of data.tokens) {
         if (t.start < at) continue;
-        if (t.start > at) view.append(text.slice(at, t.start));
+        if (t.start > at) view.append(cut(at, t.start));
         const level = t.evidence >= 4 ? "strong" : t.evidence >= 2 ? "some" : null;
-        const piece = text.slice(t.start, t.end);
+        const piece = cut(t.start, t.end);
         if (level) { marked += 1; view.append(el("mark", { class: level, title: "evidence " + t.evidence.toFixed(2) }, piece)); }
         else view.append(piece);
         at = t.end;
       }
-      if (at < text.length) view.append(text.slice(at));
+      if (at < chars.length) view.append(cut(at, chars.length));
       holder.replaceChildren(
         el("h3", {}, "Where the level-1 mark is"),
         el("p", { class: "muted" }, data.tokens.length + " scored tokens, " + marked + " marked (evidence ≥ 2; ≥ 4 darker). " +

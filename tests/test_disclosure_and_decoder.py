@@ -57,8 +57,11 @@ def test_public_only_verifier_decodes_private_bits_at_chance(corpus):
     guessed = Decoder(PROFILE, {1: [ks.tables[0]], 2: [guess]}).decode_ids(ids)
     assert all(r.levels[1].status == "absent" and r.levels[1].fields == {"level2": None} for r in guessed)
     assert all(r.levels[1].confidence == 0.0 for r in guessed)
-    # the p-values are null ones: p <= 1e-4 on 180 texts happens in ~2 % of runs; twice in < 2e-4 of runs
-    assert sum(r.levels[1].p_value <= 1e-4 for r in guessed) <= 1
+    # The p-values are null ones (benchmarks/calibration_foreign_level2.py: uniform over 180,000 such texts).
+    # p <= 1e-4 among 180 texts happens in ~2 % of runs, twice in ~2e-4 (seen once in CI), three times in ~1e-6.
+    p2 = np.array([r.levels[1].p_value for r in guessed])
+    assert (p2 <= 1e-4).sum() <= 2
+    assert sps.kstest(p2, "uniform").pvalue > 1e-6  # a false failure in 1e-6 of runs, as the tail bound
     assert all(r.flags == ["inconsistent-levels"] for r in guessed if r.levels[0].status == "decoded")
     # Attack 2: public verifier knows positions and paths; majority vote of the within-chunk index.
     ok = tot = 0

@@ -66,10 +66,11 @@ def test_serve_logs_the_warning(tmp_path, monkeypatch):
     import uvicorn
 
     from verifier import logs
-    from verifier.cli import service
+    from verifier.cli import serve_workers, service
 
     calls, warnings = {}, []
-    monkeypatch.setattr(uvicorn, "run", lambda target, **kw: calls.update(kw, target=target))
+    monkeypatch.setattr(uvicorn, "run", lambda target, **kw: pytest.fail("one worker's uvicorn.run"))
+    monkeypatch.setattr(serve_workers, "run_workers", lambda target, **kw: calls.update(kw, target=target))
     monkeypatch.setattr(logs, "configure_logging", lambda level: None)  # global handlers stay as the suite set them
     monkeypatch.setattr(service.log, "warning", lambda msg, *a, **kw: warnings.append(msg))
     settings = _settings(tmp_path, LIMITS)
@@ -85,11 +86,12 @@ def test_serve_tokenizes_serially_only_with_several_workers(tmp_path, monkeypatc
     import uvicorn
 
     from verifier import app, logs
-    from verifier.cli import service
+    from verifier.cli import serve_workers, service
 
     monkeypatch.setenv(TOKENIZERS_PARALLELISM, "unset-below")
     monkeypatch.delenv(TOKENIZERS_PARALLELISM)  # restored (absent) after the test, whatever cmd_serve sets
     monkeypatch.setattr(uvicorn, "run", lambda target, **kw: None)
+    monkeypatch.setattr(serve_workers, "run_workers", lambda target, **kw: None)
     monkeypatch.setattr(logs, "configure_logging", lambda level: None)
     # one worker builds its app here: a stand-in, so this process neither loads the tokenizer nor freezes its heap
     ctx = SimpleNamespace(profile=SimpleNamespace(tokenizer="smollm2"), tokenizers=lambda name: None)

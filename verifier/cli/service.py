@@ -132,17 +132,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from prometheus_client import start_http_server
 
         start_http_server(settings.metrics_port, addr=settings.metrics_host)
-    uvicorn.run(
-        target,
-        factory=factory,
-        workers=workers,
-        host=args.host or settings.host,
-        port=args.port or settings.port,
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,
-        **_fast_server(),
-    )
+    options = dict(factory=factory, host=args.host or settings.host, port=args.port or settings.port,
+                   log_config=None, access_log=False, proxy_headers=False, **_fast_server())
+    if workers > 1:  # a listening socket per worker: the kernel spreads the connections (serve_workers)
+        from verifier.cli.serve_workers import run_workers
+
+        run_workers(target, workers=workers, **options)
+    else:
+        uvicorn.run(target, workers=1, **options)
 
 
 def _fast_server() -> dict:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from verifier.cli.serve_workers import OMP_NUM_THREADS
 from verifier.cli.service import MAX_AUTO_WORKERS, _workers_arg, resolve_workers
 from verifier.lm import TOKENIZERS_PARALLELISM
 from verifier.settings import Settings
@@ -81,15 +82,17 @@ def test_serve_logs_the_warning(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("workers, serial", [(2, True), (1, False)])
-def test_serve_tokenizes_serially_only_with_several_workers(tmp_path, monkeypatch, workers, serial):
-    """Several workers: each tokenizes in its calling thread (tests/test_tokenizer_threads.py); one keeps the pool."""
+def test_serve_computes_in_calling_threads_only_with_several_workers(tmp_path, monkeypatch, workers, serial):
+    """Several workers: each tokenizes and runs the kernel in its calling thread (tests/test_tokenizer_threads.py);
+    one worker keeps the pools."""
     import uvicorn
 
     from verifier import app, logs
     from verifier.cli import serve_workers, service
 
-    monkeypatch.setenv(TOKENIZERS_PARALLELISM, "unset-below")
-    monkeypatch.delenv(TOKENIZERS_PARALLELISM)  # restored (absent) after the test, whatever cmd_serve sets
+    for name in (TOKENIZERS_PARALLELISM, OMP_NUM_THREADS):
+        monkeypatch.setenv(name, "unset-below")
+        monkeypatch.delenv(name)  # restored (absent) after the test, whatever cmd_serve sets
     monkeypatch.setattr(uvicorn, "run", lambda target, **kw: None)
     monkeypatch.setattr(serve_workers, "run_workers", lambda target, **kw: None)
     monkeypatch.setattr(logs, "configure_logging", lambda level: None)
@@ -100,3 +103,4 @@ def test_serve_tokenizes_serially_only_with_several_workers(tmp_path, monkeypatc
     settings = _settings(tmp_path, NO_LIMITS)
     service.cmd_serve(argparse.Namespace(workers=workers, host=None, port=None, hero_settings=settings))
     assert (os.environ.get(TOKENIZERS_PARALLELISM) == "false") is serial
+    assert (os.environ.get(OMP_NUM_THREADS) == "1") is serial  # the kernel and torch: one thread per worker

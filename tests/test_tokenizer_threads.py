@@ -1,5 +1,6 @@
 """`hero serve --workers N` tokenizes in each worker's calling thread (verifier.lm.tokenize_in_calling_thread):
-no tokenizer thread pool per process, the same ids. That `hero serve` asks for it: tests/test_serve_workers.py."""
+no tokenizer thread pool per process, the same ids; and runs the evidence kernel and torch in one thread
+(verifier.cli.serve_workers.compute_in_calling_threads). That `hero serve` asks for both: test_serve_workers.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 
+from verifier.cli.serve_workers import OMP_NUM_THREADS, compute_in_calling_threads
 from verifier.lm import TOKENIZERS_PARALLELISM, tokenize_in_calling_thread
 
 _PROBE = """
@@ -47,3 +49,31 @@ def test_an_explicit_setting_wins(monkeypatch):
     monkeypatch.delenv(TOKENIZERS_PARALLELISM)  # recorded above: restored after the test
     tokenize_in_calling_thread()
     assert os.environ[TOKENIZERS_PARALLELISM] == "false"
+
+
+_KERNEL_THREADS = "from gpu.cpu_kernel import default_threads; print(default_threads())"
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: the kernel has one thread either way")
+def test_one_compute_thread_reaches_the_evidence_kernel():
+    """compute_in_calling_threads sets OMP_NUM_THREADS=1; the kernel takes its thread count from torch's."""
+    def threads(extra: dict) -> int:
+        env = {k: v for k, v in os.environ.items() if k != OMP_NUM_THREADS} | extra
+        out = subprocess.run([sys.executable, "-c", _KERNEL_THREADS], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return int(out.stdout.strip().splitlines()[-1])
+
+    assert threads({}) > 1
+    assert threads({OMP_NUM_THREADS: "1"}) == 1
+
+
+def test_explicit_thread_settings_win(monkeypatch):
+    monkeypatch.setenv(OMP_NUM_THREADS, "4")
+    monkeypatch.setenv(TOKENIZERS_PARALLELISM, "true")
+    compute_in_calling_threads()
+    assert os.environ[OMP_NUM_THREADS] == "4" and os.environ[TOKENIZERS_PARALLELISM] == "true"
+    monkeypatch.delenv(OMP_NUM_THREADS)  # recorded above: restored after the test
+    monkeypatch.delenv(TOKENIZERS_PARALLELISM)
+    compute_in_calling_threads()
+    assert os.environ[OMP_NUM_THREADS] == "1" and os.environ[TOKENIZERS_PARALLELISM] == "false"

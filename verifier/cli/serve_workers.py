@@ -11,6 +11,7 @@ socket, so the connections queued on it are served, not dropped.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 
 from uvicorn import Config
@@ -18,6 +19,21 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.supervisors.multiprocess import Multiprocess, Process
 
 log = logging.getLogger("uvicorn.error")
+
+OMP_NUM_THREADS = "OMP_NUM_THREADS"  # torch intra-op threads, so the evidence kernel's (cpu_kernel.default_threads)
+
+
+def compute_in_calling_threads() -> None:
+    """For worker processes that are one per core: each tokenizes (verifier.lm.tokenize_in_calling_thread) and
+    runs the evidence kernel and torch in its calling thread. The kernel otherwise starts a thread per call for
+    larger batches, and torch keeps a pool per process, on the cores the other workers need: 32 auditor clients
+    (v1 profile) took 0.72-0.95 ms of server CPU per text with them and 0.60-0.62 without, moderators 0.51-0.53
+    against 0.48-0.50 (docs/performance.md, session 10). Explicit settings win; processes started afterwards
+    inherit them."""
+    from verifier.lm import tokenize_in_calling_thread
+
+    tokenize_in_calling_thread()
+    os.environ.setdefault(OMP_NUM_THREADS, "1")
 
 
 def reuse_port_supported() -> bool:

@@ -117,9 +117,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         log.warning(warning)
     log.info(f"serving with {workers} worker process{'es' if workers > 1 else ''}", extra={"workers": workers})
     if workers > 1:  # each worker builds its own app from the environment (uvicorn factory)
-        from verifier.lm import tokenize_in_calling_thread
+        from verifier.cli.serve_workers import compute_in_calling_threads
 
-        tokenize_in_calling_thread()  # the processes are the parallelism: no tokenizer thread pool in each
+        compute_in_calling_threads()  # the processes are the parallelism: no thread pools in each
         target, factory = "verifier.app:app_from_env", True
     else:
         from verifier.app import create_app, freeze_startup_heap

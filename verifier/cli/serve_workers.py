@@ -131,7 +131,8 @@ def run_workers(app: str, *, workers: int, host: str, port: int, **options) -> N
     except OSError as exc:
         log.error(exc)
         raise SystemExit(STARTUP_FAILURE) from None
-    log.info(f"Uvicorn running on http://{host}:{sockets[0].getsockname()[1]} ({workers} listening sockets)")
+    shown = f"[{host}]" if ":" in host else host
+    log.info(f"Uvicorn running on http://{shown}:{sockets[0].getsockname()[1]} ({workers} listening sockets)")
     try:
         SocketPerWorker(config, sockets).run()
     except KeyboardInterrupt:

@@ -91,7 +91,7 @@ def test_human_and_unwatermarked_texts_release_nothing(keys, decoder):
             assert lv.status == "absent" and set(lv.fields.values()) == {None}
             assert lv.candidates is None and lv.spans is None and lv.confidence == 0.0
     p2 = np.array([r.levels[1].p_value for r in res])
-    assert sps.kstest(p2, "uniform").pvalue > 1e-3
+    assert sps.kstest(p2, "uniform").pvalue > 1e-6  # fresh keys every run: a false failure in 1e-6 of runs
 
 
 @pytest.mark.slow

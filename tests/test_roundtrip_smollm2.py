@@ -68,8 +68,8 @@ def test_human_text_pvalues_uniform(setup):
     p = np.array([r.p_value for r in dec.decode_texts([h.body for h in humans], tok)])
     print(f"\nhuman BBC: n={len(p)} min p {p.min():.3g}, KS p {sps.kstest(p, 'uniform').pvalue:.3g}")
     assert len(p) >= 200
-    assert (p < 1e-3).sum() <= 2  # Bin(200, 1e-3): P[X >= 3] ~ 1e-3
-    assert sps.kstest(p, "uniform").pvalue > 1e-3
+    assert (p < 1e-3).sum() <= 4  # Bin(200, 1e-3): P[X >= 5] ~ 2e-6 (fresh keys every run)
+    assert sps.kstest(p, "uniform").pvalue > 1e-6  # a false failure in 1e-6 of runs
 
 
 def _mean_nll(model, tok, prompt: str, ids: list[int]) -> float:

@@ -119,7 +119,8 @@ class SocketPerWorker(Multiprocess):
 
 
 def run_workers(app: str, *, workers: int, host: str, port: int, **options) -> None:
-    """`uvicorn.run(app, workers=N, ...)` with a listening socket per worker (where the OS has SO_REUSEPORT)."""
+    """`uvicorn.run(app, workers=N, ...)`, with a listening socket per worker when N > 1 (where the OS has
+    SO_REUSEPORT). `app` is an app object only with one worker."""
     import uvicorn
 
     if workers < 2 or not reuse_port_supported():

@@ -106,7 +106,6 @@ def resolve_workers(requested: int | str, settings, cores: int | None = None) ->
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    import uvicorn
 
     from verifier.logs import configure_logging
 
@@ -132,14 +131,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from prometheus_client import start_http_server
 
         start_http_server(settings.metrics_port, addr=settings.metrics_host)
-    options = dict(factory=factory, host=args.host or settings.host, port=args.port or settings.port,
-                   log_config=None, access_log=False, proxy_headers=False, **_fast_server())
-    if workers > 1:  # a listening socket per worker: the kernel spreads the connections (serve_workers)
-        from verifier.cli.serve_workers import run_workers
+    from verifier.cli.serve_workers import run_workers  # several workers: a listening socket each
 
-        run_workers(target, workers=workers, **options)
-    else:
-        uvicorn.run(target, workers=1, **options)
+    run_workers(target, workers=workers, host=args.host or settings.host, port=args.port or settings.port,
+                factory=factory, log_config=None, access_log=False, proxy_headers=False, **_fast_server())
 
 
 def _fast_server() -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _json_str
+from operator import attrgetter
 
 from verifier.audit.models import AuditEventRow
 from verifier.audit.transparency import canonical
@@ -47,8 +49,37 @@ class AppendedEvent:
     leaf_data: bytes | None = field(default=None, repr=False)  # canonical(row_fields): hashed twice, built once
 
 
+_hashed_values = attrgetter(*HASHED_FIELDS)  # one C call for the row's hashed values, in HASHED_FIELDS order
+
+
 def row_fields(row: AuditEventRow | AppendedEvent) -> dict[str, object]:
-    return {k: getattr(row, k) for k in HASHED_FIELDS}
+    return dict(zip(HASHED_FIELDS, _hashed_values(row), strict=True))
+
+
+# canonical_row writes the keys in this (sorted) order; the assert keeps it tied to HASHED_FIELDS.
+assert tuple(sorted(HASHED_FIELDS)) == ("action", "created_at", "detail", "idx", "jti", "key_version", "levels",
+                                        "outcome", "role", "subject", "text_sha256")
+
+
+def canonical_row(row: AuditEventRow | AppendedEvent) -> bytes:
+    """`canonical(row_fields(row))`, written directly: the keys and their order are fixed, so only the values need
+    encoding, each with the string escaper json's own encoder uses (ensure_ascii). About 4x cheaper per event
+    than a dict plus the encoder. A value of any other type than the columns' (str, None where nullable, an int
+    idx) goes through `canonical` itself, so the bytes are the same for every row (tests/test_audit_fastpaths.py)."""
+    idx, created_at, action, subject, role, jti, levels, key_version, text_sha256, outcome, detail = _hashed_values(row)
+    if type(idx) is int:  # bool or int subclasses: json and str() may spell them differently
+        try:
+            return (
+                f'{{"action":{_json_str(action)},"created_at":{_json_str(created_at)},'
+                f'"detail":{"null" if detail is None else _json_str(detail)},"idx":{idx},"jti":{_json_str(jti)},'
+                f'"key_version":{"null" if key_version is None else _json_str(key_version)},'
+                f'"levels":{_json_str(levels)},"outcome":{_json_str(outcome)},"role":{_json_str(role)},'
+                f'"subject":{_json_str(subject)},'
+                f'"text_sha256":{"null" if text_sha256 is None else _json_str(text_sha256)}}}'
+            ).encode()
+        except TypeError:  # a value that is not a str (None in a non-null column, a number, ...)
+            pass
+    return canonical(row_fields(row))
 
 
 def compute_hash(prev_hash: str, fields: dict[str, object]) -> str:

@@ -16,10 +16,18 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from verifier.audit import repository as repo
-from verifier.audit.chain import row_fields
+from verifier.audit.chain import AppendedEvent, canonical_row, row_fields
 from verifier.audit.models import AuditEventRow, CheckpointRow
 from verifier.audit.signer import LogSigner
-from verifier.audit.transparency import TreeView, event_leaf, frontier_nodes, leaf_hash, make_receipt, new_parents
+from verifier.audit.transparency import (
+    TreeView,
+    b64,
+    frontier_nodes,
+    leaf_hash,
+    make_receipt,
+    new_subtrees,
+    receipt_of,
+)
 
 
 class LogCorrupt(RuntimeError):
@@ -79,19 +87,26 @@ def extend(s: Session, rows: Sequence[AuditEventRow]) -> None:
         return
     cache: dict[tuple[int, int], bytes] = s.info.setdefault(_PENDING, {})
     shared = _shared(s)
+    first = rows[0].idx - 1
     # Nodes another process appended are not in this one's memory: fetch the frontier in one query.
-    missing = [k for k in frontier_nodes(rows[0].idx - 1) if k not in cache and k not in shared]
-    cache.update(repo.tree_nodes(s, missing))
-    get = _getter(s, cache, remember=True)
-    nodes = []
-    for row in rows:
-        data = getattr(row, "leaf_data", None)  # set by the append path: the same canonical bytes its hash used
-        leaf = leaf_hash(data) if data is not None else event_leaf(event_fields(row))
-        new = [(0, row.idx - 1, leaf), *new_parents(get, 0, row.idx - 1, leaf)]
-        for lv, i, h in new:
-            cache[(lv, i)] = h
-        nodes.extend(new)
+    frontier = frontier_nodes(first)
+    cache.update(repo.tree_nodes(s, [k for k in frontier if k not in cache and k not in shared]))
+    left = {}
+    for key in frontier:
+        h = cache.get(key) or shared.get(key)
+        if h is None:
+            raise LogCorrupt(f"transparency log node {key} is missing")
+        left[key[0]] = h
+    nodes = new_subtrees(left, first, [leaf_hash(leaf_data(r)) for r in rows])
+    for lv, i, h in nodes:
+        cache[lv, i] = h
     repo.add_tree_nodes(s, nodes)
+
+
+def leaf_data(row: AuditEventRow | AppendedEvent) -> bytes:
+    """The canonical bytes the row's hash covers: kept by the append path, else encoded again."""
+    data = getattr(row, "leaf_data", None)
+    return canonical_row(row) if data is None else data
 
 
 def event_fields(row: AuditEventRow) -> dict[str, object]:
@@ -108,13 +123,15 @@ def size(s: Session) -> int:
     return max(0, last.idx) if last else 0
 
 
-def checkpoint(s: Session, signer: LogSigner, interval_s: float, at: int | None = None) -> tuple[int, str]:
-    """(size, signed note) for the tree at `at` (default: now). Stores it when the stored ones are stale."""
+def checkpoint(s: Session, signer: LogSigner, interval_s: float, at: int | None = None,
+               tree: TreeView | None = None) -> tuple[int, str]:
+    """(size, signed note) for the tree at `at` (default: now). Stores it when the stored ones are stale. `tree`:
+    the append path's view, whose right-edge hashes its receipts reuse."""
     n = size(s) if at is None else at
     latest = repo.latest_checkpoint_ref(s)
     if latest is not None and latest[0] == n:
         return n, latest[1]
-    note = signer.sign(n, view(s, remember=True).mth(0, n))
+    note = signer.sign(n, (tree if tree is not None else view(s, remember=True)).mth(0, n))
     due = latest is None or (latest[0] < n and time.time() - latest[2] >= interval_s)
     if interval_s > 0 and due:
         store(s, signer, n, note)
@@ -132,12 +149,17 @@ def store(s: Session, signer: LogSigner, n: int, note: str | None = None) -> Che
     return row
 
 
-def receipts(s: Session, signer: LogSigner, rows: Sequence[AuditEventRow], interval_s: float) -> list[dict]:
+def receipts(s: Session, signer: LogSigner, rows: Sequence[AuditEventRow | AppendedEvent], interval_s: float
+             ) -> list[dict]:
     """One receipt per row against one checkpoint covering all of them (signed now)."""
     if not rows:
         return []
-    n, note = checkpoint(s, signer, interval_s, at=max(r.idx for r in rows))
     tree = view(s, remember=True)
+    n, note = checkpoint(s, signer, interval_s, at=max(r.idx for r in rows), tree=tree)
+    first = rows[0].idx - 1
+    if [r.idx for r in rows] == list(range(first + 1, first + 1 + len(rows))):  # an append: one walk for all
+        proofs = tree.inclusion_proofs(first, first + len(rows), n, b64)
+        return [receipt_of(row_fields(r), r.idx - 1, p, note) for r, p in zip(rows, proofs, strict=True)]
     encoded: dict[bytes, str] = {}
     return [make_receipt(event_fields(r), r.idx - 1, tree.inclusion_proof(r.idx - 1, n), note, encoded) for r in rows]
 

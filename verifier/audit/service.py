@@ -21,9 +21,16 @@ from sqlalchemy.orm import Session
 
 from verifier.audit import log as tlog
 from verifier.audit import repository as repo
-from verifier.audit.chain import GENESIS, HASHED_FIELDS, AppendedEvent, compute_hash, hash_canonical, row_fields
+from verifier.audit.chain import (
+    GENESIS,
+    HASHED_FIELDS,
+    AppendedEvent,
+    canonical_row,
+    compute_hash,
+    hash_canonical,
+    row_fields,
+)
 from verifier.audit.models import AuditEventRow
-from verifier.audit.transparency import canonical
 from verifier.audit.verification import ChainReport, verify_chain
 from verifier.db import Database
 from verifier.errors import Unavailable
@@ -84,7 +91,7 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
             subject=ev.subject[:256],
             role=ev.role[:64],
             jti=ev.jti[:256],
-            levels=",".join(str(int(x)) for x in ev.levels),
+            levels=",".join(map(str, map(int, ev.levels))),
             key_version=ev.key_version,
             text_sha256=ev.text_sha256,
             outcome=ev.outcome[:64],
@@ -92,9 +99,8 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
             prev_hash=prev,
             hash="",
         )
-        row.leaf_data = canonical(row_fields(row))
-        row.hash = hash_canonical(prev, row.leaf_data)
-        prev = row.hash
+        row.leaf_data = data = canonical_row(row)
+        row.hash = prev = hash_canonical(prev, data)
         rows.append(row)
     repo.insert_events(s, rows)  # one executemany; the returned rows are plain (detached) objects
     tlog.extend(s, rows)

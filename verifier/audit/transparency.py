@@ -25,6 +25,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -84,7 +85,12 @@ def root_of(leaf_hashes: Iterable[bytes]) -> tuple[int, bytes]:
 
 
 # -- proofs from stored perfect subtrees ---------------------------------------------------------
+T = TypeVar("T")
 SubtreeGetter = Callable[[int, int], bytes]  # (level, index) -> hash of leaves [index*2^level, (index+1)*2^level)
+
+
+def _same(h: bytes) -> bytes:
+    return h
 
 
 class TreeView:
@@ -121,6 +127,29 @@ class TreeView:
         if m < k:
             return [*self._path(m, lo, lo + k), self.mth(lo + k, hi)]
         return [*self._path(m - k, lo + k, hi), self.mth(lo, lo + k)]
+
+    def inclusion_proofs(self, first: int, end: int, size: int, encode: Callable[[bytes], T] = _same) -> list[list[T]]:
+        """`inclusion_proof(m, size)` for each leaf m in [first, end), with each node as `encode(node)`, in one walk:
+        neighbouring leaves share all but their lowest nodes, so each node is read (and encoded) once, not once
+        per leaf."""
+        if not 0 <= first < end <= size:
+            raise TransparencyError(f"leaves [{first}, {end}) are not in a tree of size {size}")
+        out: list[list[T]] = []
+        self._paths(first, end, 0, size, [], encode, out)
+        return out
+
+    def _paths(self, a: int, b: int, lo: int, hi: int, above: list, encode: Callable, out: list) -> None:
+        """Appends to `out` the paths of the leaves of [a, b) in subtree [lo, hi) (which holds some), each followed
+        by `above` (the path from that subtree up): `_path` for many leaves at once, same recursion."""
+        n = hi - lo
+        if n == 1:
+            out.append(above)  # a list made for this leaf alone
+            return
+        mid = lo + _split(n)
+        if a < mid:
+            self._paths(a, b, lo, mid, [encode(self.mth(mid, hi)), *above], encode, out)
+        if b > mid:
+            self._paths(a, b, mid, hi, [encode(self.mth(lo, mid)), *above], encode, out)
 
     def consistency_proof(self, first: int, second: int) -> list[bytes]:
         if not 0 <= first <= second:
@@ -200,6 +229,24 @@ def frontier_nodes(n: int) -> list[tuple[int, int]]:
         if n >> level & 1:
             out.append((level, lo >> level))
             lo += 1 << level
+    return out
+
+
+def new_subtrees(left: dict[int, bytes], first: int, leaves: Iterable[bytes]) -> list[tuple[int, int, bytes]]:
+    """The perfect subtrees (level, index, hash) completed by appending `leaves` at leaf index `first`, in
+    `MemoryTree.append` order (each leaf, then the parents it completes). `left`: level -> hash of the node of
+    `frontier_nodes(first)` at that level. One pass with no lookups: a new node's left sibling is always the
+    newest even-index node of its level, either made earlier in the batch or in the frontier."""
+    last = dict(left)
+    out = []
+    for i, h in enumerate(leaves, first):
+        out.append((0, i, h))
+        level = 0
+        while i & 1:
+            h = node_hash(last[level], h)
+            level, i = level + 1, i >> 1
+            out.append((level, i, h))
+        last[level] = h
     return out
 
 
@@ -454,12 +501,16 @@ def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], c
                  encoded: dict[bytes, str] | None = None) -> dict:
     """`encoded`: base64 forms already made, shared by the receipts of one batch (their proofs share most nodes)."""
     memo = {} if encoded is None else encoded
-    return {
-        "leaf_index": index,
-        "inclusion_proof": [memo.get(p) or memo.setdefault(p, base64.b64encode(p).decode()) for p in proof],
-        "checkpoint": checkpoint_note,
-        "event": event,
-    }
+    return receipt_of(event, index, [memo.get(p) or memo.setdefault(p, b64(p)) for p in proof], checkpoint_note)
+
+
+def b64(h: bytes) -> str:
+    return base64.b64encode(h).decode()
+
+
+def receipt_of(event: dict[str, object], index: int, proof_b64: list[str], checkpoint_note: str) -> dict:
+    """A receipt from its parts, the proof already in base64 (the one place that fixes its keys and their order)."""
+    return {"leaf_index": index, "inclusion_proof": proof_b64, "checkpoint": checkpoint_note, "event": event}
 
 
 def verify_receipt(

@@ -167,6 +167,56 @@ def test_native_is_deterministic_across_threads_and_matches_torch(threads):
         assert torch.allclose(s, t, rtol=1e-12, atol=1e-12)  # torch's log may differ from libm by 1 ulp
 
 
+def _native_paths() -> tuple[str, ...]:
+    mod = cpu_kernel.load()
+    return tuple(mod.isas()) if mod is not None and hasattr(mod, "isas") else ()
+
+
+def _hot_case():
+    """The service's moderator shape (h=3, 6 segments, 8 windows, a 4-candidate level-1 table) plus a
+    per-value table whose last slice ends in a partial 4-lane job (301 = 256 + 45 candidates)."""
+    rng = random.Random(31)
+    case = _case(rng, rows=7, h=3, windows=8)
+    case.update(sched=(80, 4), vocab=49152, segments=6)
+    case["tables"] = [(1, _keys(rng, 4), False), (2, _keys(rng, 301), True)]
+    case["batch"] = [[rng.randrange(case["vocab"]) for _ in range(n)] for n in (220, 57, 0, 3, 4, 131, 90)]
+    case["batch"][5][60:] = case["batch"][5][: 131 - 60]  # repeated contexts
+    return case
+
+
+@native
+@pytest.mark.parametrize("path", ["avx512", "avx2", "generic"])
+def test_native_kernel_paths_match_reference(path, vectors, vectors_v2):
+    """Every compiled path of the C kernel this CPU runs (AVX-512, AVX2, portable) gives the reference's
+    bits: random cases (context widths 1..7, tables of 1..13 candidates, so partial 4-lane jobs), the hot
+    shape, per-value tables over several 256-candidate slices, two threads, and the test vectors."""
+    mod = cpu_kernel.load()
+    if path not in _native_paths():
+        pytest.skip(f"this CPU or build has no {path} path (has {_native_paths()})")
+    previous = mod.isa(path)
+    try:
+        assert mod.isa() == path
+        cases = [_case(random.Random(300 + s)) for s in range(8)] + [_hot_case(), _large_value_case()]
+        cases += [c for _, c in _vector_cases(vectors)] + [c for _, c in _v2_vector_cases(vectors_v2)]
+        for case in cases:
+            _assert_exact(case, *_run(case, cpu_kernel.segment_scores))
+        case = _hot_case()
+        _assert_exact(case, *_run(case, lambda *a, **k: cpu_kernel.segment_scores(*a, threads=2, **k)))
+    finally:
+        mod.isa(previous)
+
+
+@native
+def test_native_picks_best_path_and_rejects_unknown():
+    mod = cpu_kernel.load()
+    if not hasattr(mod, "isas"):
+        pytest.skip("module built without path selection")
+    paths = mod.isas()
+    assert paths[-1] == "generic" and mod.isa() == paths[0]
+    with pytest.raises(ValueError):
+        mod.isa("sse9")
+
+
 @native
 def test_native_rejects_ids_outside_uint32():
     case = _case(random.Random(1), rows=1, h=2)

@@ -14,11 +14,12 @@
  *   - every cell is a sequential sum in text order, as in the reference.
  * So with the same libm, results are identical bit for bit, and always reproducible run to run.
  *
- * Work split: (1) context masking (dedup) per row, sequential; (2) per scored token (threads over
- * tokens): message words, segment, window, routing path; (3) work items (row, table, slice of 256
+ * Work split: (1) context masking (dedup) per row and the window of each token, sequential; (2) per
+ * scored token (threads over tokens): message words, segment, routing path; (3) work items (row, table, slice of 256
  * candidates) from a shared counter: each item owns its cells and walks the row's tokens in order,
  * so no cell is written by two threads and no [tokens x candidates] buffer is needed (a v2 private
- * level has 4096 candidates).
+ * level has 4096 candidates). Phases 2 and 3 have a portable version and, on x86-64 with GCC, AVX2
+ * and AVX-512 versions, chosen at import by CPUID (see `isas` below); all give the same bits.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -95,16 +96,11 @@ static inline uint32_t philox_word(uint64_t s0, uint64_t s1, uint64_t j) {
     return w[j & 3];
 }
 
-/* Chunk index of relative item x in a range of `size` items split into k chunks (sizes differ <= 1). */
-static inline int64_t chunk_of(int64_t size, int64_t k, int64_t x) {
-    int64_t a = size / k, small = k - size % k;
-    if (a > 0 && x < small * a) return x / a;
-    return small + (x - small * a) / (a + 1);
-}
-
-static inline int64_t chunk_start(int64_t size, int64_t k, int64_t i) {
-    int64_t a = size / k, small = k - size % k;
-    return i <= small ? i * a : small * a + (i - small) * (a + 1);
+/* a / b for 0 <= a, 1 <= b: in 32 bits when both fit (the usual case: a 64-bit divide is several times
+ * slower on many x86 CPUs, and the routing path of every token needs a few). */
+static inline int64_t div_nn(int64_t a, int64_t b) {
+    if (((uint64_t)a | (uint64_t)b) <= 0xFFFFFFFFULL) return (int64_t)((uint32_t)a / (uint32_t)b);
+    return a / b;
 }
 
 typedef struct {
@@ -138,8 +134,8 @@ typedef struct {
     int phase;
 } Slice;
 
-/* Four candidates at a time: SipHash and Philox in 4-lane vectors (GCC/Clang vector extensions; on
- * x86-64 Linux an AVX2 clone is chosen at load time), log() per lane from libm. */
+/* Portable path: four candidates at a time, SipHash and Philox in 4-lane vectors (GCC/Clang vector
+ * extensions), log() per lane from libm. x86-64 CPUs with AVX2 take the faster paths further down. */
 #if defined(__GNUC__) || defined(__clang__)
 #define HERO_VEC 1
 typedef uint64_t v4u __attribute__((vector_size(32)));
@@ -151,14 +147,16 @@ typedef uint64_t v4u __attribute__((vector_size(32)));
         v0 += v3; v3 = VROTL(v3, 21); v3 ^= v0;                                                    \
         v2 += v1; v1 = VROTL(v1, 17); v1 ^= v2; v2 = VROTL(v2, 32);                                \
     } while (0)
-#if defined(__x86_64__) && defined(__linux__) && !defined(__clang__)
-#define HERO_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define HERO_CLONES
-#endif
 #else
 #define HERO_VEC 0
-#define HERO_CLONES
+#endif
+
+/* x86-64 with GCC: explicit AVX2 and AVX-512 paths (below), picked at run time by CPUID. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HERO_X86 1
+#include <immintrin.h>
+#else
+#define HERO_X86 0
 #endif
 
 static void prepare_message(const Work *w, int64_t n, uint64_t *msg, int64_t *token) {
@@ -175,42 +173,52 @@ static void prepare_message(const Work *w, int64_t n, uint64_t *msg, int64_t *to
 /* Routing position of a token under the interleaved layout: rho(x) = c*a + min(c, r) + q. */
 static inline int64_t interleave(int64_t x, int64_t vocab, int64_t stride) {
     if (stride <= 0) return x;
-    int64_t a = vocab / stride, r = vocab % stride, c = x % stride, q = x / stride;
+    int64_t a = div_nn(vocab, stride), r = vocab - a * stride, q = div_nn(x, stride), c = x - q * stride;
     return c * a + (c < r ? c : r) + q;
 }
 
+/* Routing path of a token: at each level its range of `size` ids is split into k chunks whose sizes
+ * differ by at most one (the first `small` chunks have a = size / k ids, the others a + 1); path[l] is the
+ * chunk index, path[nsched] the offset in the last chunk. */
 static void routing_path(const Work *w, int64_t token, int64_t *path) {
     int64_t offset = 0, size = w->vocab;
     token = interleave(token, w->vocab, w->stride);
     for (int64_t l = 0; l < w->nsched; l++) {
-        int64_t k = w->schedule[l];
-        int64_t i = chunk_of(size, k, token - offset);
-        int64_t st = chunk_start(size, k, i), en = chunk_start(size, k, i + 1);
-        path[l] = i;
-        offset += st;
-        size = en - st;
+        int64_t k = w->schedule[l], a = div_nn(size, k), small = k - (size - a * k), x = token - offset;
+        if (a > 0 && x < small * a) {
+            int64_t i = div_nn(x, a);
+            path[l] = i;
+            offset += i * a;
+            size = a;
+        } else {
+            int64_t q = div_nn(x - small * a, a + 1);
+            path[l] = small + q;
+            offset += small * a + q * (a + 1);
+            size = a + 1;
+        }
     }
     path[w->nsched] = token - offset;
 }
 
-/* Phase 2, per scored token: packed message, position segment, window and routing path. */
-static void prepare_tokens(Work *w, int64_t lo, int64_t hi) {
+static inline int64_t segment_of(const Work *w, uint32_t word0) {
+    return (int64_t)(((uint64_t)word0 * (uint64_t)w->segments) >> 32);
+}
+
+/* Phase 2, per scored token: packed message, position segment and routing path. */
+static void prepare_tokens_generic(Work *w, int64_t lo, int64_t hi) {
     for (int64_t n = lo; n < hi; n++) {
-        int64_t token, r = w->tok_row[n];
+        int64_t token;
         uint64_t s0, s1, *msg = w->msg + n * w->nwords;
         prepare_message(w, n, msg, &token);
         siphash128(w->pk0, w->pk1, msg, w->nwords, &s0, &s1);
-        w->seg[n] = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * (uint64_t)w->segments) >> 32);
-        int64_t rank = n - w->row_start[r], cnt = w->row_start[r + 1] - w->row_start[r];
-        w->win[n] = rank * w->windows / cnt;
+        w->seg[n] = segment_of(w, philox_word(s0, s1, 0));
         routing_path(w, token, w->path + n * (w->nsched + 1));
     }
 }
 
 /* Phase 3, one work item: candidates [c0, c1) of table t for every scored token of row r, added to
  * their cells in text order (each cell belongs to exactly one item: deterministic sums). */
-HERO_CLONES
-static void score_item(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+static void score_item_generic(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
     const int64_t C = w->sizes[t], lvl = w->levels[t] - 1, L1 = w->nsched + 1;
     const int64_t cells = w->per_value[t] ? 1 : w->segments;
     const uint64_t *K0 = w->k0 + w->koff[t], *K1 = w->k1 + w->koff[t];
@@ -270,6 +278,223 @@ static void score_item(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t 
     }
 }
 
+#if HERO_X86
+/* The PRF is one long dependency chain per lane group (12 SipHash rounds, then 10 Philox rounds), so
+ * the x86 paths run HERO_NV independent groups of 4 lanes side by side for instruction-level
+ * parallelism. A "job" is 4 consecutive candidates of one token (the scoring phase) or 4 tokens under
+ * the position key (the token phase). Every integer step is exact and log() is still libm's, per lane,
+ * so all paths give the same bits. The helpers are AVX2; the AVX-512 entry points inline the same code,
+ * where GCC turns the generic 64-bit rotates into single vprolq instructions. */
+#ifndef HERO_NV
+#define HERO_NV 3
+#endif
+#define HERO_MAX_WORDS 9 /* message words: h / 2 + 1 with h <= 16 */
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
+#define AVX2_FN __attribute__((target("avx2")))
+#define AVX512_FN __attribute__((target("avx2,avx512f,avx512vl")))
+
+/* rotations by 32 and 16 are word/byte shuffles (one instruction on AVX2, no shift port) */
+AVX2_INLINE v4u rotl32_x4(v4u x) { return (v4u)_mm256_shuffle_epi32((__m256i)x, 0xB1); }
+AVX2_INLINE v4u rotl16_x4(v4u x) {
+    const __m256i idx = _mm256_setr_epi8(6, 7, 0, 1, 2, 3, 4, 5, 14, 15, 8, 9, 10, 11, 12, 13, 6, 7, 0, 1, 2, 3,
+                                         4, 5, 14, 15, 8, 9, 10, 11, 12, 13);
+    return (v4u)_mm256_shuffle_epi8((__m256i)x, idx);
+}
+/* low 32 bits of each lane times a 32-bit constant, full 64-bit product (vpmuludq; a plain 64-bit
+ * vector multiply would cost three of them, or a slow vpmullq) */
+AVX2_INLINE v4u mul32_x4(v4u x, uint32_t k) {
+    return (v4u)_mm256_mul_epu32((__m256i)x, _mm256_set1_epi64x((long long)k));
+}
+
+#define SIPROUND_NV                                                                                \
+    do {                                                                                           \
+        for (int e = 0; e < HERO_NV; e++) {                                                        \
+            v0[e] += v1[e]; v1[e] = VROTL(v1[e], 13); v1[e] ^= v0[e]; v0[e] = rotl32_x4(v0[e]);   \
+            v2[e] += v3[e]; v3[e] = rotl16_x4(v3[e]); v3[e] ^= v2[e];                              \
+            v0[e] += v3[e]; v3[e] = VROTL(v3[e], 21); v3[e] ^= v0[e];                              \
+            v2[e] += v1[e]; v1[e] = VROTL(v1[e], 17); v1[e] ^= v2[e]; v2[e] = rotl32_x4(v2[e]);   \
+        }                                                                                          \
+    } while (0)
+
+/* HERO_NV groups of 4 lanes: seed = SipHash-2-4-128(k0, k1; m), m[i * HERO_NV + e] the message words of
+ * group e; then Philox4x32-10 block blk of that seed: out[e][q] holds stream word 4 * blk + q in the low
+ * 32 bits of each lane (the high bits are garbage: vpmuludq ignores them, so they are never masked). */
+AVX2_INLINE void prf_nv(const v4u *k0, const v4u *k1, const v4u *m, int nwords, const v4u *blk,
+                        v4u out[HERO_NV][4]) {
+    v4u v0[HERO_NV], v1[HERO_NV], v2[HERO_NV], v3[HERO_NV];
+    for (int e = 0; e < HERO_NV; e++) {
+        v0[e] = k0[e] ^ 0x736F6D6570736575ULL;
+        v1[e] = k1[e] ^ (0x646F72616E646F6DULL ^ 0xEEULL);
+        v2[e] = k0[e] ^ 0x6C7967656E657261ULL;
+        v3[e] = k1[e] ^ 0x7465646279746573ULL;
+    }
+    for (int i = 0; i < nwords; i++) {
+        for (int e = 0; e < HERO_NV; e++) v3[e] ^= m[i * HERO_NV + e];
+        SIPROUND_NV;
+        SIPROUND_NV;
+        for (int e = 0; e < HERO_NV; e++) v0[e] ^= m[i * HERO_NV + e];
+    }
+    for (int e = 0; e < HERO_NV; e++) v2[e] ^= 0xEE;
+    SIPROUND_NV; SIPROUND_NV; SIPROUND_NV; SIPROUND_NV;
+    v4u lo[HERO_NV], c0[HERO_NV], c1[HERO_NV], c2[HERO_NV], c3[HERO_NV], kk0[HERO_NV], kk1[HERO_NV];
+    for (int e = 0; e < HERO_NV; e++) {
+        lo[e] = v0[e] ^ v1[e] ^ v2[e] ^ v3[e];
+        v1[e] ^= 0xDD;
+    }
+    SIPROUND_NV; SIPROUND_NV; SIPROUND_NV; SIPROUND_NV;
+    for (int e = 0; e < HERO_NV; e++) {
+        v4u hi = v0[e] ^ v1[e] ^ v2[e] ^ v3[e];
+        c0[e] = blk[e];
+        c1[e] = blk[e] >> 32;
+        c2[e] = hi;
+        c3[e] = hi >> 32;
+        kk0[e] = lo[e];
+        kk1[e] = lo[e] >> 32;
+    }
+    for (int q = 0; q < 10; q++)
+        for (int e = 0; e < HERO_NV; e++) {
+            v4u p0 = mul32_x4(c0[e], 0xD2511F53U), p1 = mul32_x4(c2[e], 0xCD9E8D57U);
+            c0[e] = (p1 >> 32) ^ c1[e] ^ kk0[e];
+            c2[e] = (p0 >> 32) ^ c3[e] ^ kk1[e];
+            c1[e] = p1;
+            c3[e] = p0;
+            kk0[e] += 0x9E3779B9U;
+            kk1[e] += 0xBB67AE85U;
+        }
+    for (int e = 0; e < HERO_NV; e++) {
+        out[e][0] = c0[e];
+        out[e][1] = c1[e];
+        out[e][2] = c2[e];
+        out[e][3] = c3[e];
+    }
+}
+
+AVX2_INLINE v4u bcast_x4(uint64_t x) { return (v4u){x, x, x, x}; }
+
+/* Phase 3 work item (see score_item_generic): jobs of 4 candidates in token-major order, HERO_NV at a
+ * time. The PRF words of up to HERO_BATCH jobs are computed first, then the log() pass adds them to
+ * their cells in job order (so each cell still gets its tokens in text order): keeping the libm calls
+ * out of the vector loop spares reloading its constants after each call. Candidates past the last
+ * multiple of 4 go through the scalar code. */
+#define HERO_BATCH 64
+AVX2_INLINE void score_item_x4(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    const int64_t C = w->sizes[t], lvl = w->levels[t] - 1, L1 = w->nsched + 1;
+    const int64_t cells = w->per_value[t] ? 1 : w->segments;
+    const uint64_t *K0 = w->k0 + w->koff[t], *K1 = w->k1 + w->koff[t];
+    double *base = w->out + w->ooff[t] + r * w->windows * cells * C;
+    const int nwords = w->nwords;
+    const int64_t ns = w->row_start[r], ne = w->row_start[r + 1], cv = c0 + (c1 - c0) / 4 * 4;
+    int64_t n = ns, c = c0;
+    while (cv > c0 && n < ne) {
+        uint32_t u[HERO_BATCH][4];
+        double *dst[HERO_BATCH];
+        int nb = 0;
+        while (nb <= HERO_BATCH - HERO_NV && n < ne) {
+            int64_t jn[HERO_NV], jc[HERO_NV];
+            int nj = 0;
+            v4u k0[HERO_NV], k1[HERO_NV], blk[HERO_NV], m[HERO_MAX_WORDS * HERO_NV], out[HERO_NV][4];
+            for (int e = 0; e < HERO_NV; e++) {
+                if (n < ne) { /* next job; past the row's end, repeat the last one and drop its result */
+                    jn[e] = n;
+                    jc[e] = c;
+                    nj++;
+                    if ((c += 4) == cv) c = c0, n++;
+                } else {
+                    jn[e] = jn[e - 1];
+                    jc[e] = jc[e - 1];
+                }
+                memcpy(&k0[e], K0 + jc[e], sizeof k0[e]);
+                memcpy(&k1[e], K1 + jc[e], sizeof k1[e]);
+                blk[e] = bcast_x4((uint64_t)w->path[jn[e] * L1 + lvl] >> 2);
+                for (int i = 0; i < nwords; i++) m[i * HERO_NV + e] = bcast_x4(w->msg[jn[e] * nwords + i]);
+            }
+            prf_nv(k0, k1, m, nwords, blk, out);
+            for (int e = 0; e < nj; e++, nb++) {
+                const int64_t tn = jn[e];
+                const v4u x = out[e][w->path[tn * L1 + lvl] & 3];
+                for (int l = 0; l < 4; l++) u[nb][l] = (uint32_t)x[l];
+                dst[nb] = base + (w->win[tn] * cells + (cells == 1 ? 0 : w->seg[tn])) * C + jc[e];
+            }
+        }
+        for (int b = 0; b < nb; b++)
+            for (int l = 0; l < 4; l++) dst[b][l] += -log((4294967295.5 - (double)u[b][l]) / 4294967296.0);
+    }
+    for (n = ns; cv < c1 && n < ne; n++) {
+        const uint64_t *msg = w->msg + n * nwords;
+        const uint64_t j = (uint64_t)w->path[n * L1 + lvl];
+        double *dst = base + (w->win[n] * cells + (cells == 1 ? 0 : w->seg[n])) * C;
+        for (c = cv; c < c1; c++) {
+            uint64_t s0, s1;
+            siphash128(K0[c], K1[c], msg, nwords, &s0, &s1);
+            dst[c] += -log((4294967295.5 - (double)philox_word(s0, s1, j)) / 4294967296.0);
+        }
+    }
+}
+
+/* Phase 2 (see prepare_tokens_generic): the position-key PRF of 4 * HERO_NV tokens at a time. */
+AVX2_INLINE void prepare_tokens_x4(Work *w, int64_t lo, int64_t hi) {
+    const int nwords = w->nwords;
+    for (int64_t n0 = lo; n0 < hi; n0 += 4 * HERO_NV) {
+        int64_t token[4 * HERO_NV];
+        const int cnt = hi - n0 < 4 * HERO_NV ? (int)(hi - n0) : 4 * HERO_NV;
+        for (int l = 0; l < cnt; l++) prepare_message(w, n0 + l, w->msg + (n0 + l) * nwords, &token[l]);
+        v4u k0[HERO_NV], k1[HERO_NV], blk[HERO_NV], m[HERO_MAX_WORDS * HERO_NV], out[HERO_NV][4];
+        for (int e = 0; e < HERO_NV; e++) {
+            k0[e] = bcast_x4(w->pk0);
+            k1[e] = bcast_x4(w->pk1);
+            blk[e] = bcast_x4(0);
+            for (int i = 0; i < nwords; i++)
+                for (int l = 0; l < 4; l++) { /* lanes past the end repeat the last token */
+                    int64_t tn = n0 + (4 * e + l < cnt ? 4 * e + l : cnt - 1);
+                    m[i * HERO_NV + e][l] = w->msg[tn * nwords + i];
+                }
+        }
+        prf_nv(k0, k1, m, nwords, blk, out);
+        for (int l = 0; l < cnt; l++) {
+            w->seg[n0 + l] = segment_of(w, (uint32_t)out[l / 4][0][l % 4]);
+            routing_path(w, token[l], w->path + (n0 + l) * (w->nsched + 1));
+        }
+    }
+}
+
+static AVX2_FN void score_item_avx2(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    score_item_x4(w, r, t, c0, c1);
+}
+static AVX2_FN void prepare_tokens_avx2(Work *w, int64_t lo, int64_t hi) { prepare_tokens_x4(w, lo, hi); }
+static AVX512_FN void score_item_avx512(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    score_item_x4(w, r, t, c0, c1);
+}
+static AVX512_FN void prepare_tokens_avx512(Work *w, int64_t lo, int64_t hi) { prepare_tokens_x4(w, lo, hi); }
+#endif /* HERO_X86 */
+
+/* Kernel paths, best first: the first one this CPU has is chosen at import; isa() can force another
+ * (the tests run every path the CPU has and compare). */
+typedef struct {
+    const char *name;
+    void (*score_item)(const Work *, int64_t, int64_t, int64_t, int64_t);
+    void (*prepare_tokens)(Work *, int64_t, int64_t);
+    int needs; /* 2: AVX-512 (F, VL) and AVX2, 1: AVX2, 0: nothing */
+} Isa;
+
+static const Isa isas[] = {
+#if HERO_X86
+    {"avx512", score_item_avx512, prepare_tokens_avx512, 2},
+    {"avx2", score_item_avx2, prepare_tokens_avx2, 1},
+#endif
+    {"generic", score_item_generic, prepare_tokens_generic, 0},
+};
+#define NISAS ((int)(sizeof isas / sizeof isas[0]))
+static const Isa *isa = &isas[NISAS - 1];
+
+static int isa_supported(const Isa *p) {
+#if HERO_X86
+    __builtin_cpu_init();
+    if (p->needs >= 1 && !__builtin_cpu_supports("avx2")) return 0;
+    if (p->needs >= 2 && !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))) return 0;
+#endif
+    return 1;
+}
+
 static void run_items(Work *w) {
     for (;;) {
         int64_t it = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
@@ -279,7 +504,7 @@ static void run_items(Work *w) {
         while (rem >= w->item_table_first[t + 1]) t++;
         int64_t c0 = (rem - w->item_table_first[t]) * w->slice;
         int64_t c1 = c0 + w->slice < w->sizes[t] ? c0 + w->slice : w->sizes[t];
-        if (w->row_start[r + 1] > w->row_start[r]) score_item(w, r, t, c0, c1);
+        if (w->row_start[r + 1] > w->row_start[r]) isa->score_item(w, r, t, c0, c1);
     }
 }
 
@@ -287,7 +512,7 @@ static void run_items(Work *w) {
 static void *slice_main(void *arg) {
     Slice *s = (Slice *)arg;
     if (s->phase == 2)
-        prepare_tokens(s->w, s->lo, s->hi);
+        isa->prepare_tokens(s->w, s->lo, s->hi);
     else
         run_items(s->w);
     return NULL;
@@ -319,7 +544,7 @@ static void parallel(Work *w, int phase, int nt) {
     }
 #endif
     if (phase == 2)
-        prepare_tokens(w, 0, w->n);
+        isa->prepare_tokens(w, 0, w->n);
     else
         run_items(w);
 }
@@ -346,13 +571,17 @@ static int64_t select_tokens(const int64_t *ids, const int64_t *lengths, int64_t
         memset(table, 0, (size_t)cap * sizeof(int64_t));
         for (int64_t t = h; t < len; t++) {
             const int64_t *ctx = row + t - h;
-            uint64_t hv = 0x9E3779B97F4A7C15ULL;
-            for (int64_t i = 0; i < h; i++) hv = mix64(hv ^ (uint64_t)ctx[i]) + (uint64_t)i;
+            /* any hash works (only exact matches count); one mix64 per context, not one per id */
+            uint64_t hv = 0;
+            for (int64_t i = 0; i < h; i++) hv = (hv ^ (uint64_t)ctx[i]) * 0x9E3779B97F4A7C15ULL;
+            hv = mix64(hv);
             int64_t slot = (int64_t)(hv & (uint64_t)(cap - 1));
             int dup = 0;
             while (table[slot]) {
                 const int64_t *other = row + table[slot] - h;
-                if (memcmp(other, ctx, (size_t)h * sizeof(int64_t)) == 0) {
+                int64_t i = 0;
+                while (i < h && other[i] == ctx[i]) i++; /* inline: h is small, a memcmp call costs more */
+                if (i == h) {
                     dup = 1;
                     break;
                 }
@@ -366,6 +595,37 @@ static int64_t select_tokens(const int64_t *ids, const int64_t *lengths, int64_t
         }
     }
     return n;
+}
+
+/* Scratch memory of one call. One block is kept between calls and lent to one call at a time (others,
+ * if any run at once, malloc their own): a fresh multi-megabyte block per call goes back to the OS at
+ * free() and page-faults in again on the next call (~400 faults per 128-text call: ~2.5 us per text). */
+#define SCRATCH_KEEP_MAX ((size_t)256 << 20) /* bytes; a larger block is freed after its call */
+static void *scratch_block;
+static size_t scratch_size;
+static int scratch_busy;
+
+static void *scratch_get(size_t bytes, int *cached) {
+    *cached = 0;
+    if (bytes > SCRATCH_KEEP_MAX || __atomic_exchange_n(&scratch_busy, 1, __ATOMIC_ACQUIRE)) return malloc(bytes);
+    if (scratch_size < bytes) {
+        free(scratch_block);
+        scratch_block = malloc(bytes);
+        scratch_size = scratch_block ? bytes : 0;
+    }
+    if (!scratch_block) {
+        __atomic_store_n(&scratch_busy, 0, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    *cached = 1;
+    return scratch_block;
+}
+
+static void scratch_put(void *block, int cached) {
+    if (cached)
+        __atomic_store_n(&scratch_busy, 0, __ATOMIC_RELEASE);
+    else
+        free(block);
 }
 
 static int check_len(Py_buffer *b, Py_ssize_t nbytes, const char *name) {
@@ -396,6 +656,8 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
     int64_t *tok_row = NULL, *tok_pos = NULL, *seg = NULL, *win = NULL, *path = NULL, *table = NULL;
     int64_t *row_start = NULL, *koff = NULL, *ooff = NULL, *first = NULL;
     uint64_t *msg = NULL;
+    int64_t *scratch = NULL;
+    int scratch_cached = 0;
     int64_t nsched = schedule.len / 8, ntables = levels.len / 8, ctot = 0, ocells = 0;
     if (B < 0 || T < 0 || h < 1 || h > 16 || vocab < 1 || segments < 1 || windows < 1 || nsched > 62 ||
         stride < 0) {
@@ -440,18 +702,22 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
         int64_t maxn = B * (T > h ? T - h : 0), cap = 2;
         int nwords = (int)(h / 2 + 1);
         while (cap < 2 * (T > h ? T - h : 1)) cap <<= 1;
-        tok_row = malloc((size_t)(maxn + 1) * sizeof(int64_t));
-        tok_pos = malloc((size_t)(maxn + 1) * sizeof(int64_t));
-        seg = malloc((size_t)(maxn + 1) * sizeof(int64_t));
-        win = malloc((size_t)(maxn + 1) * sizeof(int64_t));
-        path = malloc((size_t)(maxn * (nsched + 1) + 1) * sizeof(int64_t));
-        msg = malloc((size_t)(maxn * nwords + 1) * sizeof(uint64_t));
-        row_start = malloc((size_t)(B + 1) * sizeof(int64_t));
-        table = malloc((size_t)cap * sizeof(int64_t));
-        if (!tok_row || !tok_pos || !seg || !win || !path || !msg || !row_start || !table) {
+        /* all per-token arrays in one scratch block, 8-byte words */
+        const size_t words = 4 * (size_t)(maxn + 1) + (size_t)(maxn * (nsched + 1) + 1) + (size_t)(maxn * nwords + 1) +
+                             (size_t)(B + 1) + (size_t)cap;
+        scratch = scratch_get(words * sizeof(int64_t), &scratch_cached);
+        if (!scratch) {
             PyErr_NoMemory();
             goto done;
         }
+        tok_row = scratch;
+        tok_pos = tok_row + maxn + 1;
+        seg = tok_pos + maxn + 1;
+        win = seg + maxn + 1;
+        path = win + maxn + 1;
+        msg = (uint64_t *)(path + maxn * (nsched + 1) + 1);
+        row_start = (int64_t *)(msg + maxn * nwords + 1);
+        table = row_start + B + 1;
         Work w = {pids, B, T, h, vocab, segments, windows, nsched, ntables, schedule.buf, levels.buf, sizes.buf,
                   per_value.buf, stride, k0.buf, k1.buf, koff, (uint64_t)pk0, (uint64_t)pk1, 0, tok_row, tok_pos,
                   row_start, seg, win, path, msg, nwords, out.buf, ooff, SLICE, 0, first, 0};
@@ -463,6 +729,14 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
         for (int64_t r = 0, i = 0; r <= B; r++) {
             while (i < n && tok_row[i] < r) i++;
             row_start[r] = i;
+        }
+        /* window of each token: rank * windows / count in its row, without a divide per token */
+        for (int64_t r = 0; r < B; r++) {
+            const int64_t cnt = row_start[r + 1] - row_start[r];
+            for (int64_t rank = 0, k = 0, acc = 0; rank < cnt; rank++, acc += windows) {
+                while (acc >= (k + 1) * cnt) k++;
+                win[row_start[r] + rank] = k;
+            }
         }
         int nt = nthreads < 1 ? 1 : (nthreads > 64 ? 64 : nthreads);
         /* Phase 2 starts a thread only for >= 1024 tokens of work: starting one costs ~100 us on a small VM,
@@ -484,14 +758,7 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
             result = PyLong_FromLongLong(n);
     }
 done:
-    free(tok_row);
-    free(tok_pos);
-    free(seg);
-    free(win);
-    free(path);
-    free(msg);
-    free(row_start);
-    free(table);
+    scratch_put(scratch, scratch_cached);
     free(koff);
     free(ooff);
     free(first);
@@ -584,7 +851,47 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(isa_doc,
+             "isa([name]) -> str: the kernel path in use ('avx512', 'avx2' or 'generic'); with a name, switch to\n"
+             "that path (ValueError if unknown or not supported by this CPU) and return the previous one.\n"
+             "All paths give identical results; this exists for tests and benchmarks.");
+
+static PyObject *py_isa(PyObject *self, PyObject *args) {
+    const char *name = NULL;
+    if (!PyArg_ParseTuple(args, "|s", &name)) return NULL;
+    const Isa *prev = isa;
+    if (name) {
+        int i = 0;
+        while (i < NISAS && strcmp(isas[i].name, name) != 0) i++;
+        if (i == NISAS || !isa_supported(&isas[i])) {
+            PyErr_Format(PyExc_ValueError, "kernel path %s is unknown or not supported by this CPU", name);
+            return NULL;
+        }
+        isa = &isas[i];
+    }
+    return PyUnicode_FromString(prev->name);
+}
+
+PyDoc_STRVAR(isas_doc, "isas() -> tuple of the kernel paths this CPU supports, best first.");
+
+static PyObject *py_isas(PyObject *self, PyObject *args) {
+    PyObject *res = PyTuple_New(0);
+    for (int i = 0; res && i < NISAS; i++)
+        if (isa_supported(&isas[i])) {
+            PyObject *name = PyUnicode_FromString(isas[i].name);
+            if (!name || _PyTuple_Resize(&res, PyTuple_GET_SIZE(res) + 1) < 0) {
+                Py_XDECREF(name);
+                Py_XDECREF(res);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(res, PyTuple_GET_SIZE(res) - 1, name);
+        }
+    return res;
+}
+
 static PyMethodDef methods[] = {
+    {"isa", py_isa, METH_VARARGS, isa_doc},
+    {"isas", py_isas, METH_NOARGS, isas_doc},
     {"segment_scores", py_segment_scores, METH_VARARGS, segment_scores_doc},
     {"prf_seeds", py_prf_seeds, METH_VARARGS, prf_seeds_doc},
     {"philox_stream", py_philox_stream, METH_VARARGS, philox_stream_doc},
@@ -595,6 +902,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hero_kernels",
                                     "HeRo v1 CPU evidence kernel (see gpu/cpu_kernel.py).", -1, methods};
 
 PyMODINIT_FUNC PyInit__hero_kernels(void) {
+    isa = &isas[0];
+    while (!isa_supported(isa)) isa++; /* the last path, generic, is always supported */
     PyObject *m = PyModule_Create(&module);
     if (m) PyModule_AddIntConstant(m, "ABI", 2);
     return m;

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -74,43 +73,4 @@ def test_a_closed_loop_does_not_stop_the_worker():
     asyncio.run(give_up())  # the loop is closed before the worker answers it
     gate.set()
     assert b.submit(_req("y")).result(10) == [{"ok": 1}]  # the worker survived the closed loop
-    b.close()
-
-
-def _shared_then(b: Batcher, texts: int) -> float:
-    """Makes the worker's last batch a shared one, then submits one request of `texts` texts alone: seconds
-    until the worker starts serving it."""
-    gate = threading.Event()
-    started: dict[str, float] = {}
-    real = b.process
-
-    def process(reqs):
-        if reqs[0].job.texts[0] == "hold":
-            gate.wait(10)
-        else:
-            started["t"] = time.monotonic()
-        return real(reqs)
-
-    b.process = process
-    hold = b.submit(_req("hold"))
-    time.sleep(0.05)  # the worker is inside the "hold" batch: the next two queue up and share a batch
-    pair = [b.submit(_req("a")), b.submit(_req("b"))]
-    gate.set()
-    hold.result(10)
-    [f.result(10) for f in pair]
-    t0 = time.monotonic()
-    b.submit(_req(*[f"x{i}" for i in range(texts)])).result(30)
-    return started["t"] - t0
-
-
-def test_the_window_is_waited_only_while_a_batch_is_small():
-    """After a shared batch the worker waits up to the window for more callers, but not for a request that
-    already holds `enough_texts` texts: that wait would only leave the core idle (a 3 s window makes the
-    difference plain)."""
-    def echo(reqs):
-        return [[{"text": t} for t in r.job.texts] for r in reqs]
-
-    b = Batcher(echo, window_s=3.0, enough_texts=32)
-    assert _shared_then(b, 32) < 1.5  # enough texts: served at once
-    assert _shared_then(b, 1) >= 2.5  # a lone small request after a shared batch waits for company
     b.close()

@@ -95,8 +95,7 @@ def make_batcher(ctx: ServiceContext) -> Batcher:
     def process(requests):  # through the module, so tests can replace the audit functions
         return verify_service.verify_batch(ctx.runner, ctx.db, requests, ctx.signer, s.checkpoint_interval_seconds)
 
-    return Batcher(process, window_s=s.verify_batch_window_ms / 1000, max_texts=s.verify_batch_max_texts,
-                   enough_texts=s.verify_batch_enough_texts)
+    return Batcher(process, window_s=s.verify_batch_window_ms / 1000, max_texts=s.verify_batch_max_texts)
 
 
 async def get_context(request: Request) -> ServiceContext:

@@ -58,7 +58,6 @@ class Settings(BaseSettings):
     verify_fast_path: bool = True  # well-formed POST /v1/verify answered without FastAPI routing (verify/fastpath.py)
     verify_batch_window_ms: float = Field(default=1.0, ge=0, le=100)
     verify_batch_max_texts: int = Field(default=256, ge=1)
-    verify_batch_enough_texts: int = Field(default=32, ge=1)  # no window wait once a batch holds this many texts
     rate_limit_url: str | None = None  # redis://... shared quota counters; default: the broker if Redis, else memory
 
     # Jobs / serving

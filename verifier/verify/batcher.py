@@ -2,10 +2,8 @@
 
 Requests queue up while a batch is being served; the worker thread then takes everything queued (up to
 `max_texts` texts), waiting at most `window_s` for more only when the previous batch was shared (a lone
-client pays no wait) and only while the batch holds fewer than `enough_texts` texts: past that the per-batch
-costs (tokenizer and kernel calls, the commit) are spread thin already, and waiting would leave the core
-idle. The batch goes through `verify_batch` (one tokenizer call and one kernel batch per level group, group
-commit of the audit events); each caller's future resolves only after that commit, with
+client pays no wait). The batch goes through `verify_batch` (one tokenizer call and one kernel batch per
+level group, group commit of the audit events); each caller's future resolves only after that commit, with
 its own results and receipts, or with the error it must answer (every caller of a batch whose audit write
 failed gets AuditUnavailable: 503, no result).
 
@@ -34,12 +32,10 @@ _STOP = object()
 
 
 class Batcher:
-    def __init__(self, process: Process, *, window_s: float = 0.001, max_texts: int = 256,
-                 enough_texts: int = 32) -> None:
+    def __init__(self, process: Process, *, window_s: float = 0.001, max_texts: int = 256) -> None:
         self.process = process
         self.window_s = window_s
         self.max_texts = max_texts
-        self.enough_texts = enough_texts
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -85,7 +81,7 @@ class Batcher:
         deadline = time.monotonic() + (self.window_s if shared else 0.0)
         stop = False
         while n < self.max_texts:
-            left = deadline - time.monotonic() if n < self.enough_texts else 0.0
+            left = deadline - time.monotonic()
             try:
                 item = self._q.get(timeout=left) if left > 0 else self._q.get_nowait()
             except queue.Empty:

@@ -216,24 +216,59 @@ static void prepare_tokens_generic(Work *w, int64_t lo, int64_t hi) {
     }
 }
 
+/* What a phase-3 work item (row r, table t) reads and writes, for every score_item path. */
+typedef struct {
+    int64_t C, lvl, L1, cells;    /* candidates, level index, routing path stride, cells per window */
+    const uint64_t *K0, *K1;      /* the table's key words */
+    double *base;                 /* row r's [W, cells, C] block of the table's output */
+} Item;
+
+static inline Item item_of(const Work *w, int64_t r, int64_t t) {
+    Item it;
+    it.C = w->sizes[t];
+    it.lvl = w->levels[t] - 1;
+    it.L1 = w->nsched + 1;
+    it.cells = w->per_value[t] ? 1 : w->segments;
+    it.K0 = w->k0 + w->koff[t];
+    it.K1 = w->k1 + w->koff[t];
+    it.base = w->out + w->ooff[t] + r * w->windows * it.cells * it.C;
+    return it;
+}
+
+/* Token n's C scores: its window's cell (its position segment, or the one cell of a per-value table). */
+static inline double *cell_of(const Work *w, const Item *it, int64_t n) {
+    return it->base + (w->win[n] * it->cells + (it->cells == 1 ? 0 : w->seg[n])) * it->C;
+}
+
+/* The evidence of one stream word u: -log((2^32 - 0.5 - u) / 2^32) with libm's log, as the reference computes it. */
+static inline double evidence(uint32_t u) { return -log((4294967295.5 - (double)u) / 4294967296.0); }
+
+/* Candidates [c, c1) of token n, one at a time, added to dst (the scalar tail of every path). */
+static inline void score_scalar(const Work *w, const Item *it, int64_t n, int64_t c, int64_t c1, double *dst) {
+    const uint64_t *msg = w->msg + n * w->nwords;
+    const uint64_t j = (uint64_t)w->path[n * it->L1 + it->lvl];
+    for (; c < c1; c++) {
+        uint64_t s0, s1;
+        siphash128(it->K0[c], it->K1[c], msg, w->nwords, &s0, &s1);
+        dst[c] += evidence(philox_word(s0, s1, j));
+    }
+}
+
 /* Phase 3, one work item: candidates [c0, c1) of table t for every scored token of row r, added to
  * their cells in text order (each cell belongs to exactly one item: deterministic sums). */
 static void score_item_generic(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
-    const int64_t C = w->sizes[t], lvl = w->levels[t] - 1, L1 = w->nsched + 1;
-    const int64_t cells = w->per_value[t] ? 1 : w->segments;
-    const uint64_t *K0 = w->k0 + w->koff[t], *K1 = w->k1 + w->koff[t];
-    double *base = w->out + w->ooff[t] + r * w->windows * cells * C;
+    const Item it = item_of(w, r, t);
     const int nwords = w->nwords;
     for (int64_t n = w->row_start[r]; n < w->row_start[r + 1]; n++) {
-        const uint64_t *msg = w->msg + n * nwords;
-        const uint64_t j = (uint64_t)w->path[n * L1 + lvl];
-        double *dst = base + (w->win[n] * cells + (cells == 1 ? 0 : w->seg[n])) * C;
+        double *dst = cell_of(w, &it, n);
         int64_t c = c0;
 #if HERO_VEC
+        const uint64_t *msg = w->msg + n * nwords;
+        const uint64_t j = (uint64_t)w->path[n * it.L1 + it.lvl];
         for (; c + 4 <= c1; c += 4) {
             v4u k0, k1;
-            memcpy(&k0, K0 + c, sizeof k0);
-            memcpy(&k1, K1 + c, sizeof k1);
+            memcpy(&k0, it.K0 + c, sizeof k0);
+            memcpy(&k1, it.K1 + c, sizeof k1);
             v4u v0 = k0 ^ 0x736F6D6570736575ULL;
             v4u v1 = k1 ^ (0x646F72616E646F6DULL ^ 0xEEULL);
             v4u v2 = k0 ^ 0x6C7967656E657261ULL;
@@ -266,15 +301,10 @@ static void score_item_generic(const Work *w, int64_t r, int64_t t, int64_t c0, 
                 kk1 = (kk1 + 0xBB67AE85ULL) & m32;
             }
             const v4u u = (j & 3) == 0 ? cc0 : (j & 3) == 1 ? cc1 : (j & 3) == 2 ? cc2 : cc3;
-            for (int l = 0; l < 4; l++) dst[c + l] += -log((4294967295.5 - (double)u[l]) / 4294967296.0);
+            for (int l = 0; l < 4; l++) dst[c + l] += evidence((uint32_t)u[l]);
         }
 #endif
-        for (; c < c1; c++) {
-            uint64_t s0, s1;
-            siphash128(K0[c], K1[c], msg, nwords, &s0, &s1);
-            uint32_t u = philox_word(s0, s1, j);
-            dst[c] += -log((4294967295.5 - (double)u) / 4294967296.0);
-        }
+        score_scalar(w, &it, n, c, c1, dst);
     }
 }
 
@@ -378,10 +408,7 @@ AVX2_INLINE v4u bcast_x4(uint64_t x) { return (v4u){x, x, x, x}; }
  * multiple of 4 go through the scalar code. */
 #define HERO_BATCH 64
 AVX2_INLINE void score_item_x4(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
-    const int64_t C = w->sizes[t], lvl = w->levels[t] - 1, L1 = w->nsched + 1;
-    const int64_t cells = w->per_value[t] ? 1 : w->segments;
-    const uint64_t *K0 = w->k0 + w->koff[t], *K1 = w->k1 + w->koff[t];
-    double *base = w->out + w->ooff[t] + r * w->windows * cells * C;
+    const Item it = item_of(w, r, t);
     const int nwords = w->nwords;
     const int64_t ns = w->row_start[r], ne = w->row_start[r + 1], cv = c0 + (c1 - c0) / 4 * 4;
     int64_t n = ns, c = c0;
@@ -403,32 +430,23 @@ AVX2_INLINE void score_item_x4(const Work *w, int64_t r, int64_t t, int64_t c0, 
                     jn[e] = jn[e - 1];
                     jc[e] = jc[e - 1];
                 }
-                memcpy(&k0[e], K0 + jc[e], sizeof k0[e]);
-                memcpy(&k1[e], K1 + jc[e], sizeof k1[e]);
-                blk[e] = bcast_x4((uint64_t)w->path[jn[e] * L1 + lvl] >> 2);
+                memcpy(&k0[e], it.K0 + jc[e], sizeof k0[e]);
+                memcpy(&k1[e], it.K1 + jc[e], sizeof k1[e]);
+                blk[e] = bcast_x4((uint64_t)w->path[jn[e] * it.L1 + it.lvl] >> 2);
                 for (int i = 0; i < nwords; i++) m[i * HERO_NV + e] = bcast_x4(w->msg[jn[e] * nwords + i]);
             }
             prf_nv(k0, k1, m, nwords, blk, out);
             for (int e = 0; e < nj; e++, nb++) {
                 const int64_t tn = jn[e];
-                const v4u x = out[e][w->path[tn * L1 + lvl] & 3];
+                const v4u x = out[e][w->path[tn * it.L1 + it.lvl] & 3];
                 for (int l = 0; l < 4; l++) u[nb][l] = (uint32_t)x[l];
-                dst[nb] = base + (w->win[tn] * cells + (cells == 1 ? 0 : w->seg[tn])) * C + jc[e];
+                dst[nb] = cell_of(w, &it, tn) + jc[e];
             }
         }
         for (int b = 0; b < nb; b++)
-            for (int l = 0; l < 4; l++) dst[b][l] += -log((4294967295.5 - (double)u[b][l]) / 4294967296.0);
+            for (int l = 0; l < 4; l++) dst[b][l] += evidence(u[b][l]);
     }
-    for (n = ns; cv < c1 && n < ne; n++) {
-        const uint64_t *msg = w->msg + n * nwords;
-        const uint64_t j = (uint64_t)w->path[n * L1 + lvl];
-        double *dst = base + (w->win[n] * cells + (cells == 1 ? 0 : w->seg[n])) * C;
-        for (c = cv; c < c1; c++) {
-            uint64_t s0, s1;
-            siphash128(K0[c], K1[c], msg, nwords, &s0, &s1);
-            dst[c] += -log((4294967295.5 - (double)philox_word(s0, s1, j)) / 4294967296.0);
-        }
-    }
+    for (n = ns; cv < c1 && n < ne; n++) score_scalar(w, &it, n, cv, c1, cell_of(w, &it, n));
 }
 
 /* Phase 2 (see prepare_tokens_generic): the position-key PRF of 4 * HERO_NV tokens at a time. */

@@ -24,7 +24,6 @@ from verifier.audit.transparency import (
     b64,
     frontier_nodes,
     leaf_hash,
-    make_receipt,
     new_subtrees,
     receipt_of,
 )
@@ -109,10 +108,6 @@ def leaf_data(row: AuditEventRow | AppendedEvent) -> bytes:
     return canonical_row(row) if data is None else data
 
 
-def event_fields(row: AuditEventRow) -> dict[str, object]:
-    return row_fields(row)
-
-
 def view(s: Session, remember: bool = False) -> TreeView:
     """The tree as stored; `remember` (append path only): through the committed-node memory."""
     return TreeView(_getter(s, {}, remember))
@@ -151,17 +146,17 @@ def store(s: Session, signer: LogSigner, n: int, note: str | None = None) -> Che
 
 def receipts(s: Session, signer: LogSigner, rows: Sequence[AuditEventRow | AppendedEvent], interval_s: float
              ) -> list[dict]:
-    """One receipt per row against one checkpoint covering all of them (signed now)."""
+    """One receipt per row against one checkpoint covering all of them (signed now). `rows`: events as `append`
+    returns them (contiguous, in order), so every inclusion proof comes from one walk of the tree."""
     if not rows:
         return []
+    first, end = rows[0].idx - 1, rows[-1].idx
+    if end - first != len(rows):
+        raise ValueError("receipts are made for one contiguous run of appended events")
     tree = view(s, remember=True)
-    n, note = checkpoint(s, signer, interval_s, at=max(r.idx for r in rows), tree=tree)
-    first = rows[0].idx - 1
-    if [r.idx for r in rows] == list(range(first + 1, first + 1 + len(rows))):  # an append: one walk for all
-        proofs = tree.inclusion_proofs(first, first + len(rows), n, b64)
-        return [receipt_of(row_fields(r), r.idx - 1, p, note) for r, p in zip(rows, proofs, strict=True)]
-    encoded: dict[bytes, str] = {}
-    return [make_receipt(event_fields(r), r.idx - 1, tree.inclusion_proof(r.idx - 1, n), note, encoded) for r in rows]
+    n, note = checkpoint(s, signer, interval_s, at=end, tree=tree)
+    proofs = tree.inclusion_proofs(first, end, n, b64)
+    return [receipt_of(row_fields(r), r.idx - 1, p, note) for r, p in zip(rows, proofs, strict=True)]
 
 
 def current_checkpoint(db, signer: LogSigner, interval_s: float) -> tuple[int, str]:

@@ -497,11 +497,8 @@ def event_leaf(event: dict[str, object]) -> bytes:
     return leaf_hash(canonical(event))
 
 
-def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], checkpoint_note: str,
-                 encoded: dict[bytes, str] | None = None) -> dict:
-    """`encoded`: base64 forms already made, shared by the receipts of one batch (their proofs share most nodes)."""
-    memo = {} if encoded is None else encoded
-    return receipt_of(event, index, [memo.get(p) or memo.setdefault(p, b64(p)) for p in proof], checkpoint_note)
+def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], checkpoint_note: str) -> dict:
+    return receipt_of(event, index, [b64(p) for p in proof], checkpoint_note)
 
 
 def b64(h: bytes) -> str:

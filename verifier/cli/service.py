@@ -106,7 +106,6 @@ def resolve_workers(requested: int | str, settings, cores: int | None = None) ->
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-
     from verifier.logs import configure_logging
 
     settings = cli_settings(args)

@@ -130,7 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from prometheus_client import start_http_server
 
         start_http_server(settings.metrics_port, addr=settings.metrics_host)
-    from verifier.cli.serve_workers import run_workers  # several workers: a listening socket each
+    from verifier.cli.serve_workers import run_workers  # several workers: connections dealt out in turn
 
     run_workers(target, workers=workers, host=args.host or settings.host, port=args.port or settings.port,
                 factory=factory, log_config=None, access_log=False, proxy_headers=False, **_fast_server())

@@ -23,7 +23,7 @@ class AuditEventRow(Base):
     outcome: Mapped[str] = mapped_column(String(64), nullable=False)
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     prev_hash: Mapped[str] = mapped_column(String(64), nullable=False)
-    hash: Mapped[str] = mapped_column(String(64), nullable=False, unique=True)
+    hash: Mapped[str] = mapped_column(String(64), nullable=False)  # not indexed: nothing looks it up (0006)
 
 
 class AuditTreeNodeRow(Base):

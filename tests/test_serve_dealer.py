@@ -109,6 +109,24 @@ def test_a_worker_gone_gets_nothing_more(dealer):
     assert len(_received(a)) == 6
 
 
+def test_the_dealer_goes_on_after_an_unexpected_error(dealer, monkeypatch):
+    (a,) = _ready(dealer, 1)
+    dealer.open()
+    real, calls = Dealer._deal, []
+
+    def flaky(self, conn):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        real(self, conn)
+
+    monkeypatch.setattr(Dealer, "_deal", flaky)
+    dealer.connect(1)  # lost (closed) with the error
+    _until(lambda: calls)
+    dealer.connect(2)
+    assert len(_received(a)) == 2
+
+
 def test_a_port_in_use_is_an_error():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -205,15 +205,21 @@ class Dealer:
             elif listening and not self._ready:  # nobody to give connections to: let them wait in the backlog
                 self._sel.unregister(self.listener)
                 listening = False
-            for key, _ in self._sel.select(timeout=1.0):
-                if key.data == "wake":
-                    with contextlib.suppress(OSError):
-                        self._wake_r.recv(4096)
-                    self._apply_pending()
-                elif key.data == "listen":
-                    self._accept_all()
-                else:
-                    self._from_worker(key.fileobj)  # type: ignore[arg-type]
+            try:
+                for key, _ in self._sel.select(timeout=1.0):
+                    if key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(4096)
+                        self._apply_pending()
+                    elif key.data == "listen":
+                        self._accept_all()
+                    else:
+                        self._from_worker(key.fileobj)  # type: ignore[arg-type]
+            except Exception:  # a dealer that stopped would be a silent outage: log it and go on
+                if self._stop:
+                    return
+                log.exception("connection dealer error")
+                time.sleep(0.1)
 
     def _apply_pending(self) -> None:
         with self._lock:

@@ -43,6 +43,13 @@ _SHARED_MAX = 1 << 16
 _PENDING = "hero_tree_nodes"
 
 
+# Likewise the creation time of the newest stored checkpoint this process has seen committed (stored here or
+# read): while it is younger than the interval no checkpoint is due, whatever other processes stored since, so
+# an append's receipts need not read the newest checkpoint (one round trip per group commit).
+_STORED_AT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PENDING_STORED_AT = "hero_checkpoint_stored_at"
+
+
 def _shared(s: Session) -> dict[tuple[int, int], bytes]:
     return _SHARED.setdefault(s.get_bind(), {})
 
@@ -55,11 +62,16 @@ def _promote(s: Session) -> None:
         if len(shared) + len(pending) > _SHARED_MAX:
             shared.clear()
         shared.update(pending)
+    stored_at = s.info.pop(_PENDING_STORED_AT, None)
+    if stored_at is not None:
+        bind = s.get_bind()
+        _STORED_AT[bind] = max(stored_at, _STORED_AT.get(bind, stored_at))
 
 
 @event.listens_for(Session, "after_rollback")
 def _forget(s: Session) -> None:
     s.info.pop(_PENDING, None)
+    s.info.pop(_PENDING_STORED_AT, None)
 
 
 def _getter(s: Session, cache: dict[tuple[int, int], bytes], remember: bool = False):
@@ -119,17 +131,24 @@ def size(s: Session) -> int:
 
 
 def checkpoint(s: Session, signer: LogSigner, interval_s: float, at: int | None = None,
-               tree: TreeView | None = None) -> tuple[int, str]:
+               tree: TreeView | None = None, tree_grown: bool = False) -> tuple[int, str]:
     """(size, signed note) for the tree at `at` (default: now). Stores it when the stored ones are stale. `tree`:
-    the append path's view, whose right-edge hashes its receipts reuse."""
+    the append path's view, whose right-edge hashes its receipts reuse. `tree_grown`: this transaction has just
+    appended up to `at`, so no stored checkpoint covers it."""
     n = size(s) if at is None else at
+    tree = tree if tree is not None else view(s, remember=True)
+    stored_at = _STORED_AT.get(s.get_bind())
+    if tree_grown and interval_s > 0 and stored_at is not None and time.time() - stored_at < interval_s:
+        return n, signer.sign(n, tree.mth(0, n))  # none stored covers n, and none is due (see _STORED_AT)
     latest = repo.latest_checkpoint_ref(s)
     if latest is not None and latest[0] == n:
         return n, latest[1]
-    note = signer.sign(n, (tree if tree is not None else view(s, remember=True)).mth(0, n))
+    note = signer.sign(n, tree.mth(0, n))
     due = latest is None or (latest[0] < n and time.time() - latest[2] >= interval_s)
     if interval_s > 0 and due:
-        store(s, signer, n, note)
+        s.info[_PENDING_STORED_AT] = store(s, signer, n, note).created_at
+    elif latest is not None:
+        s.info[_PENDING_STORED_AT] = latest[2]
     return n, note
 
 
@@ -154,7 +173,7 @@ def receipts(s: Session, signer: LogSigner, rows: Sequence[AuditEventRow | Appen
     if end - first != len(rows):
         raise ValueError("receipts are made for one contiguous run of appended events")
     tree = view(s, remember=True)
-    n, note = checkpoint(s, signer, interval_s, at=end, tree=tree)
+    n, note = checkpoint(s, signer, interval_s, at=end, tree=tree, tree_grown=True)
     proofs = tree.inclusion_proofs(first, end, n, b64)
     return [receipt_of(row_fields(r), r.idx - 1, p, note) for r, p in zip(rows, proofs, strict=True)]
 

@@ -28,6 +28,19 @@ def lock_chain(s: Session) -> None:
         conn.exec_driver_sql(_PG_LOCK_SQL)
 
 
+def lock_chain_and_head(s: Session) -> tuple[int, str] | None:
+    """`lock_chain`, then `head_ref`, in one round trip on PostgreSQL: the two statements go in one message
+    (no parameters), and each takes its own snapshot, so the head is read after the lock is held."""
+    conn = s.connection()
+    if conn.dialect.name != "postgresql":
+        return head_ref(s)  # SQLite: BEGIN IMMEDIATE holds the write lock already
+    with conn.connection.dbapi_connection.cursor() as cur:  # the same connection, in the caller's transaction
+        cur.execute(f"{_PG_LOCK_SQL}; {_HEAD_SQL}")
+        cur.nextset()
+        r = cur.fetchone()
+    return (int(r[0]), str(r[1])) if r else None
+
+
 def head(s: Session) -> AuditEventRow | None:
     return s.scalars(select(AuditEventRow).order_by(AuditEventRow.idx.desc()).limit(1)).first()
 

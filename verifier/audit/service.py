@@ -77,8 +77,7 @@ def text_digest(text: str) -> str:
 
 def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
     """Append events inside the caller's transaction (holding the chain lock until commit)."""
-    repo.lock_chain(s)
-    last = repo.head_ref(s)
+    last = repo.lock_chain_and_head(s)
     idx, prev = last if last else (0, GENESIS)
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     rows = []

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 from verifier.secretfile import FILE_MODE, private_dir, restrict_files
@@ -62,7 +63,35 @@ def make_engine(url: str, sqlite_synchronous: str = "FULL") -> Engine:
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("hero_snapshot") else "BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(u, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    engine = create_engine(u, pool_size=10, max_overflow=20)
+    _ping_when_idle(engine)
+    return engine
+
+
+PING_AFTER_IDLE_S = 1.0  # a pooled PostgreSQL connection unused this long is pinged before it is handed out
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's `pool_pre_ping`, but only for connections that sat in the pool PING_AFTER_IDLE_S or more.
+
+    Why: the ping is a round trip at every checkout, and the hot path checks out twice per batch (the key-epoch
+    read, the audit transaction), two of its ten round trips under load, when connections never idle long
+    enough to go stale. A connection the server dropped while it idled (restart, failover, idle timeout of a
+    proxy) fails the ping and is replaced, as with `pool_pre_ping` (DisconnectionError: the pool retries)."""
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(_dbapi_conn, record) -> None:
+        record.info["hero_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_conn, record, _proxy) -> None:
+        since = record.info.pop("hero_idle_since", None)
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+            return  # just connected, or back in the pool a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError("connection lost while idle in the pool") from exc
 
 
 def _private_sqlite_file(path: Path) -> None:

@@ -12,7 +12,8 @@ from verifier.db import Database, upgrade
 
 
 def _frontend_queries(trace: str) -> list[str]:
-    return [line.split("\t")[3].strip() for line in trace.splitlines() if line.startswith("F\t") and "\tQuery\t" in line]
+    return [line.split("\t")[3].strip() for line in trace.splitlines()
+            if line.startswith("F\t") and "\tQuery\t" in line]
 
 
 def test_scalar_leaves_connections_transactional(db_url):

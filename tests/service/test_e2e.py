@@ -99,11 +99,14 @@ def test_end_to_end(e2e, smollm2):
         users.append((res["levels"][1]["fields"]["user"], pay["user"]))
     # A released user is exact or absent (status `absent`, value null), never another user's. Whether a
     # ~96-token text carries enough evidence is probabilistic (about 0.9 per text for these prompts; the
-    # evaluation measures it), so only a majority of exact values is required. Old texts decode the same
-    # before and after the rotation.
+    # evaluation measures it), so only a majority of exact values is required. An old text decodes to the same
+    # user after the rotation, or to none: with two versions held its level-2 p-value carries a Bonferroni
+    # factor of 2, which can take a borderline text below significance (CI saw 3001 -> absent once); a value
+    # never changes into another.
     assert all(got in (None, want) for got, want in users), users
     assert sum(got == want for got, want in users) >= 2, users
-    assert first == [got for got, _ in users[:2]], (first, users)
+    assert all(before is None or after in (before, None)
+               for before, (after, _) in zip(first, users[:2], strict=True)), (first, users)
 
     # Destroy l1-v1 (needs confirmation): old text no longer decodes, and the response says why.
     r = svc.client.post("/v1/keys/1/versions/l1-v1/destroy", headers=admin, json={})

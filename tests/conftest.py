@@ -45,6 +45,12 @@ def pg_reason() -> str | None:
     return postgres.unreachable_reason()
 
 
+@pytest.fixture
+def pg_url(pg_reason) -> Iterator[str]:
+    """PostgreSQL only (a private schema): fails, not skips, under HERO_REQUIRE_SERVICES=1 when it is missing."""
+    yield from postgres.schema_url(pg_reason)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request, tmp_path, pg_reason) -> Iterator[str]:
     """Both backends: a SQLite file, or a private schema on the real PostgreSQL."""

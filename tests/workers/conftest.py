@@ -18,11 +18,6 @@ from tests.helpers.workers import FAST, ApiServer, JobService, RedisServer, Work
 
 
 @pytest.fixture
-def pg_url(pg_reason) -> Iterator[str]:
-    yield from postgres.schema_url(pg_reason)
-
-
-@pytest.fixture
 def redis_server(tmp_path) -> Iterator[RedisServer]:
     if shutil.which("redis-server") is None:
         postgres.need("redis-server is not installed")

@@ -133,8 +133,8 @@ class DispatchedProcess(Process):
 class Dealer:
     """Accepts on `listener` and passes each connection to the next ready worker, round robin.
 
-    Runs on its own thread; `attach`/`detach` come from the supervisor's thread. A worker is ready once its
-    channel has said READY; its channel at EOF (exit, crash) takes it out. Until `open_after` has been
+    Runs on its own thread; `attach`, `open` and `close` come from the supervisor's thread. A worker is ready
+    once its channel has said READY; its channel at EOF (exit, crash) takes it out. Until `open` has been
     called no connection is accepted (they wait in the backlog)."""
 
     def __init__(self, listener: socket.socket) -> None:
@@ -143,8 +143,8 @@ class Dealer:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._lock = threading.Lock()
-        self._pending: list[tuple[str, socket.socket]] = []
-        self._ready: list[socket.socket] = []  # in turn order
+        self._attached: list[socket.socket] = []  # channels made by `attach`, not yet watched here
+        self._ready: list[socket.socket] = []  # in turn order; changed on the dealer's thread only
         self._next = 0
         self._open = threading.Event()
         self._stop = False
@@ -160,7 +160,9 @@ class Dealer:
         Process, and to be closed here once that process has started)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setblocking(False)
-        self._post("attach", ours)
+        with self._lock:
+            self._attached.append(ours)
+        self._wake()
         return theirs
 
     def open(self) -> None:
@@ -169,8 +171,7 @@ class Dealer:
         self._wake()
 
     def ready_count(self) -> int:
-        with self._lock:
-            return len(self._ready)
+        return len(self._ready)
 
     def close(self) -> None:
         if self._stop:
@@ -186,11 +187,6 @@ class Dealer:
         self._wake_w.close()
         with contextlib.suppress(OSError):
             self.listener.close()
-
-    def _post(self, op: str, sock: socket.socket) -> None:
-        with self._lock:
-            self._pending.append((op, sock))
-        self._wake()
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):
@@ -210,7 +206,7 @@ class Dealer:
                     if key.data == "wake":
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(4096)
-                        self._apply_pending()
+                        self._watch_attached()
                     elif key.data == "listen":
                         self._accept_all()
                     else:
@@ -221,12 +217,11 @@ class Dealer:
                 log.exception("connection dealer error")
                 time.sleep(0.1)
 
-    def _apply_pending(self) -> None:
+    def _watch_attached(self) -> None:
         with self._lock:
-            pending, self._pending = self._pending, []
-        for op, sock in pending:
-            if op == "attach":
-                self._sel.register(sock, selectors.EVENT_READ, "worker")
+            attached, self._attached = self._attached, []
+        for chan in attached:
+            self._sel.register(chan, selectors.EVENT_READ, "worker")
 
     def _from_worker(self, chan: socket.socket) -> None:
         try:
@@ -236,16 +231,14 @@ class Dealer:
         except OSError:
             msg = b""
         if msg == READY:
-            with self._lock:
-                self._ready.append(chan)
+            self._ready.append(chan)
             return
         if not msg:  # the worker is gone (or shutting down)
             self._drop(chan)
 
     def _drop(self, chan: socket.socket) -> None:
-        with self._lock:
-            if chan in self._ready:
-                self._ready.remove(chan)
+        if chan in self._ready:
+            self._ready.remove(chan)
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(chan)
         chan.close()
@@ -266,12 +259,11 @@ class Dealer:
     def _deal(self, conn: socket.socket) -> None:
         """To the next ready worker; one that cannot take it (gone, or its queue full) is skipped."""
         for _ in range(len(self._ready)):
-            with self._lock:
-                if not self._ready:
-                    break
-                self._next %= len(self._ready)
-                chan = self._ready[self._next]
-                self._next += 1
+            if not self._ready:
+                break
+            self._next %= len(self._ready)
+            chan = self._ready[self._next]
+            self._next += 1
             try:
                 socket.send_fds(chan, [_CONN], [conn.fileno()])
             except (BlockingIOError, InterruptedError):

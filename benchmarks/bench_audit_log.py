@@ -19,7 +19,7 @@ from pathlib import Path
 from _common import emit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from verifier.audit import log as tlog
+from verifier.audit import merkle as tlog
 from verifier.audit.service import AuditEvent, append, record
 from verifier.audit.signer import LogSigner
 from verifier.audit.transparency import verify_receipt

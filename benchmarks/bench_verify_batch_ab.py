@@ -31,7 +31,7 @@ def worker(checkout: str, callers: int, texts_per_caller: int) -> None:
     os.environ["HERO_HOME"] = str(home)
     from verifier.audit.service import Actor
     from verifier.cli.bench_serve import bench_texts
-    from verifier.context import build_context
+    from verifier.api.context import build_context
     from verifier.engine.profile import resolve_profile
     from verifier.lm import load_tokenizer
     from verifier.settings import Settings

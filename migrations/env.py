@@ -9,7 +9,7 @@ from alembic import context
 import verifier.audit.models
 import verifier.jobs.models
 import verifier.keys.models
-import verifier.providers.models  # noqa: F401  (register tables on Base.metadata)
+import verifier.registry.models  # noqa: F401  (register tables on Base.metadata)
 from verifier.db import Base, make_engine
 from verifier.settings import get_settings
 

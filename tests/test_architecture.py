@@ -16,9 +16,9 @@ PACKAGES = ("gpu", "verifier", "workers")
 
 BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
         "verifier.secretfile", "verifier.db", "verifier.ratelimit")
-API = ("verifier.app", "verifier.middleware", "verifier.bodies", "verifier.auth.dependencies",
-       "verifier.verify.fastpath")
-SERVICES = ("audit", "keys", "auth", "verify", "jobs", "providers")
+API = ("verifier.app", "verifier.api.middleware", "verifier.api.bodies", "verifier.api.dependencies",
+       "verifier.api.fastpath")
+SERVICES = ("audit", "keys", "auth", "verify", "jobs", "registry")
 
 # layer -> the layers it may import (besides itself)
 MAY_IMPORT: dict[str, set[str]] = {
@@ -55,7 +55,7 @@ def layer(module: str) -> str:
     for name in ("engine", "evaluation", *SERVICES):
         if module == f"verifier.{name}" or module.startswith(f"verifier.{name}."):
             return name
-    if module in ("verifier.lm", "verifier.context"):
+    if module in ("verifier.lm", "verifier.api.context"):
         return module.split(".")[1]
     raise AssertionError(f"{module} is in no layer: add it to docs/architecture.md and this test")
 
@@ -164,7 +164,7 @@ def test_no_upward_imports():
 def test_schema_modules_load_without_the_engine():
     """Alembic (migrations/env.py) imports the ORM models: that must not pull torch or scipy."""
     code = (
-        "import sys, verifier.audit.models, verifier.jobs.models, verifier.keys.models, verifier.providers.models, "
+        "import sys, verifier.audit.models, verifier.jobs.models, verifier.keys.models, verifier.registry.models, "
         "verifier.db, "
         "verifier.settings; heavy = {'torch', 'scipy', 'transformers'} & set(sys.modules); "
         "assert not heavy, heavy"

@@ -17,24 +17,24 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from verifier.audit.endpoints import router as audit_router
+from verifier.api.audit import router as audit_router
 from verifier.audit.service import AuditUnavailable
-from verifier.auth.dependencies import require
+from verifier.api.dependencies import require
 from verifier.auth.jwt import AuthError
 from verifier.auth.principal import Principal
 from verifier.console.apidocs import install_docs
 from verifier.console.endpoints import router as console_router
-from verifier.context import Ctx, ServiceContext, build_context
+from verifier.api.context import Ctx, ServiceContext, build_context
 from verifier.errors import DomainError
-from verifier.jobs.endpoints import router as jobs_router
-from verifier.keys.endpoints import router as keys_router
+from verifier.api.jobs import router as jobs_router
+from verifier.api.keys import router as keys_router
 from verifier.metrics import AUDIT_FAILURES
-from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
-from verifier.providers.endpoints import router as providers_router
+from verifier.api.middleware import AccessLogMiddleware, BodyGuardMiddleware
+from verifier.api.providers import router as providers_router
 from verifier.settings import Settings, get_settings
-from verifier.verify.endpoints import router as verify_router
-from verifier.verify.fastpath import PATH as FAST_PATH
-from verifier.verify.fastpath import VerifyFastPath
+from verifier.api.verify import router as verify_router
+from verifier.api.fastpath import PATH as FAST_PATH
+from verifier.api.fastpath import VerifyFastPath
 from verifier.verify.runner import DecodeRunner
 
 log = logging.getLogger("hero.app")

@@ -12,7 +12,7 @@ import random
 import pytest
 from sqlalchemy import text
 
-from verifier.audit import log as tlog
+from verifier.audit import merkle as tlog
 from verifier.audit.chain import GENESIS, compute_hash, row_fields
 from verifier.audit.models import AuditEventRow
 from verifier.audit.service import AuditEvent, AuditUnavailable, record_with_receipts

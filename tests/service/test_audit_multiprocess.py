@@ -14,7 +14,7 @@ import time
 
 from sqlalchemy import event
 
-from verifier.audit import log as tlog
+from verifier.audit import merkle as tlog
 from verifier.audit.service import AuditEvent, record_with_receipts, text_digest, verify_chain
 from verifier.audit.signer import signer_from_settings
 from verifier.audit.transparency import MemoryTree, TreeView, leaf_hash, verify_receipt

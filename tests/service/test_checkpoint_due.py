@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import event, select
 
-from verifier.audit import log as tlog
+from verifier.audit import merkle as tlog
 from verifier.audit.models import CheckpointRow
 from verifier.audit.service import AuditEvent, AuditUnavailable, record_with_receipts, text_digest, verify_chain
 from verifier.audit.signer import signer_from_settings

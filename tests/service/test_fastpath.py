@@ -1,4 +1,4 @@
-"""POST /v1/verify's fast path (verifier.verify.fastpath) answers exactly what the FastAPI route answers:
+"""POST /v1/verify's fast path (verifier.api.fastpath) answers exactly what the FastAPI route answers:
 same bytes for results, same status, body and headers for every error, and it hands anything unusual to
 the route."""
 
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from verifier.metrics import REQUESTS
-from verifier.verify.fastpath import VerifyFastPath, parse_verify_body
+from verifier.api.fastpath import VerifyFastPath, parse_verify_body
 
 TEXT = "The council met on Tuesday to discuss the new budget for roads and schools in the district, again."
 ROLES = """\

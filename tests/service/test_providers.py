@@ -119,7 +119,7 @@ def test_who_cannot_get_a_bundle(svc):
     assert svc.client.post(BUNDLE, json={}).status_code == 401
     assert svc.client.post(BUNDLE, headers=svc.auth("provider", "acme"), json={"profile": "other"}).status_code == 404
     # expired registration
-    from verifier.providers.models import ProviderRow
+    from verifier.registry.models import ProviderRow
 
     with svc.ctx.db.session() as s:
         s.get(ProviderRow, "shortlived").expires_at = datetime.now(UTC) - timedelta(seconds=1)
@@ -150,7 +150,7 @@ def test_no_bundle_without_its_audit_event(lite, monkeypatch):
     def broken(*a, **k):
         raise AuditUnavailable("audit log unavailable (OperationalError)")
 
-    monkeypatch.setattr("verifier.providers.service.record_with_receipts", broken)
+    monkeypatch.setattr("verifier.registry.service.record_with_receipts", broken)
     r = _fetch(lite)
     assert r.status_code == 503 and "bundle" not in r.json()
 

@@ -12,7 +12,7 @@ from sqlalchemy import CheckConstraint, create_engine, inspect
 import verifier.audit.models
 import verifier.jobs.models
 import verifier.keys.models
-import verifier.providers.models  # noqa: F401  (register every table on Base.metadata)
+import verifier.registry.models  # noqa: F401  (register every table on Base.metadata)
 from verifier.db import Base, upgrade
 
 

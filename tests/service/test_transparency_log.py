@@ -110,7 +110,7 @@ def test_tail_rewritten_with_recomputed_hashes_is_detected(svc, tmp_path, monkey
 
 def test_fork_two_signed_histories_is_detected(svc, tmp_path, monkeypatch, capsys):
     """The operator (holding the signing key) re-signs a different history of events that were published."""
-    from verifier.audit import log as tlog
+    from verifier.audit import merkle as tlog
     from verifier.audit.models import AuditEventRow
     from verifier.audit.service import compute_hash, row_fields
 

@@ -5,7 +5,7 @@ hash = SHA-256(prev_hash_hex || "\\n" || canonical JSON of its fields, idx inclu
 breaks its own hash; deleting one breaks the index sequence; reordering breaks prev_hash/idx. The
 verifier reports the first index at which the stored chain stops matching.
 
-Each append also extends the transparency log (verifier.audit.log): a Merkle tree over the same
+Each append also extends the transparency log (verifier.audit.merkle): a Merkle tree over the same
 events with signed checkpoints, which makes truncation, tail rewrites and forks detectable against any
 checkpoint published earlier.
 """
@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from verifier.audit import log as tlog
+from verifier.audit import merkle as tlog
 from verifier.audit import repository as repo
 from verifier.audit.chain import (
     GENESIS,

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_add(args: argparse.Namespace) -> None:
     from datetime import datetime
 
-    from verifier.providers.service import provider_meta, register
+    from verifier.registry.service import provider_meta, register
 
     expires = None
     if args.expires_at:
@@ -38,12 +38,12 @@ def cmd_add(args: argparse.Namespace) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    from verifier.providers.service import list_providers, provider_meta
+    from verifier.registry.service import list_providers, provider_meta
 
     emit({"providers": [provider_meta(r) for r in list_providers(open_database(cli_settings(args)))]})
 
 
 def cmd_revoke(args: argparse.Namespace) -> None:
-    from verifier.providers.service import provider_meta, revoke
+    from verifier.registry.service import provider_meta, revoke
 
     emit(provider_meta(revoke(open_database(cli_settings(args)), args.provider_id, cli_actor())))

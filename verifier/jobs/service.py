@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from verifier.audit import log as tlog
+from verifier.audit import merkle as tlog
 from verifier.audit.service import AuditEvent, AuditUnavailable, append, append_or_fail, text_digest
 from verifier.auth.principal import Principal
 from verifier.db import Database

@@ -25,7 +25,7 @@ from verifier.metrics import AUTH_FAILURES, BODY_REJECTIONS, REQUEST_SECONDS, RE
 log = logging.getLogger("hero.http")
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-OFFLOOP_BYTES = 256 * 1024  # JSON bodies above this are parsed in a worker thread (verifier.bodies)
+OFFLOOP_BYTES = 256 * 1024  # JSON bodies above this are parsed in a worker thread (verifier.api.bodies)
 
 # authenticate(token) -> (claims, None) or (None, reason). Blocking: called in a worker thread.
 Authenticator = Callable[[str | None], tuple[Any, str | None]]

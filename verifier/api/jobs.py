@@ -8,9 +8,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from verifier.auth.dependencies import VerifyCaller
-from verifier.bodies import JsonRoute
-from verifier.context import Ctx
+from verifier.api.dependencies import VerifyCaller
+from verifier.api.bodies import JsonRoute
+from verifier.api.context import Ctx
 from verifier.errors import NotFound
 from verifier.jobs import service as jobs
 from verifier.jobs.schemas import JobAccepted, JobIn, JobListOut, JobOut

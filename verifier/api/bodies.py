@@ -19,7 +19,7 @@ import anyio
 from fastapi import HTTPException, Request
 from fastapi.routing import APIRoute
 
-from verifier.middleware import OFFLOOP_BYTES
+from verifier.api.middleware import OFFLOOP_BYTES
 
 MAX_ARRAY_ITEMS = 1_000_000  # a bound on work only; per-route limits (HERO_JOB_MAX_TEXTS, ...) come later
 _WS = re.compile(r"[ \t\n\r]*")

@@ -190,7 +190,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_checkpoint(args: argparse.Namespace) -> None:
-    from verifier.audit.log import current_checkpoint
+    from verifier.audit.merkle import current_checkpoint
     from verifier.audit.signer import signer_from_settings
 
     settings = cli_settings(args)

@@ -25,8 +25,8 @@ from verifier.errors import Conflict, Forbidden, InvalidInput, NotFound
 from verifier.keys.decodable import iso
 from verifier.keys.service import DbKeyStore
 from verifier.provider.bundle import BundleError, canonical_header, parse_public_key, seal_bundle
-from verifier.providers import repository as repo
-from verifier.providers.models import ProviderRow
+from verifier.registry import repository as repo
+from verifier.registry.models import ProviderRow
 
 log = logging.getLogger("hero.providers")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from verifier.auth.dependencies import EvidenceReader, VerifyCaller
+from verifier.api.dependencies import EvidenceReader, VerifyCaller
 from verifier.auth.principal import Principal
-from verifier.bodies import JsonRoute
-from verifier.context import Ctx, ServiceContext
+from verifier.api.bodies import JsonRoute
+from verifier.api.context import Ctx, ServiceContext
 from verifier.ratelimit import MemoryCounter
 from verifier.verify.evidence import token_evidence
 from verifier.verify.release import charge_quota, check_texts, requested_level
@@ -38,7 +38,7 @@ async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
 
 
 async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None) -> list[dict]:
-    """The body of POST /v1/verify once the caller and the input are known (also verifier.verify.fastpath)."""
+    """The body of POST /v1/verify once the caller and the input are known (also verifier.api.fastpath)."""
     level = requested_level(p, max_level)
     check_texts(texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
     if isinstance(ctx.limiter.counter, MemoryCounter):

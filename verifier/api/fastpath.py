@@ -22,10 +22,10 @@ from pydantic import TypeAdapter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from verifier.auth.dependencies import check_action, principal_for
-from verifier.context import ServiceContext
-from verifier.middleware import OFFLOOP_BYTES
-from verifier.verify.endpoints import verify_call
+from verifier.api.dependencies import check_action, principal_for
+from verifier.api.context import ServiceContext
+from verifier.api.middleware import OFFLOOP_BYTES
+from verifier.api.verify import verify_call
 from verifier.verify.schemas import VerifyOut
 
 PATH = "/v1/verify"
@@ -37,7 +37,7 @@ def parse_verify_body(body: bytes) -> tuple[list[str], int | None] | None:
     if len(body) >= OFFLOOP_BYTES:
         return None
     try:
-        data = json.loads(body.decode("utf-8"))  # as verifier.bodies.parse_json does
+        data = json.loads(body.decode("utf-8"))  # as verifier.api.bodies.parse_json does
     except ValueError:
         return None
     if type(data) is not dict or not data.keys() <= _FIELDS:

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from verifier.auth.jwt import AuthError, Claims
 from verifier.auth.principal import Principal
-from verifier.context import Ctx, ServiceContext
+from verifier.api.context import Ctx, ServiceContext
 from verifier.errors import Forbidden, Unauthorized
 
 bearer = HTTPBearer(auto_error=False, description="JWT signed with an EdDSA or ES256 key from the trusted key set")

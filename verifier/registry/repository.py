@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from verifier.providers.models import ProviderRow
+from verifier.registry.models import ProviderRow
 
 
 def get(s: Session, provider_id: str, *, for_update: bool = False) -> ProviderRow | None:

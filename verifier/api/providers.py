@@ -9,14 +9,14 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path
 from fastapi.responses import JSONResponse, Response
 
-from verifier.auth.dependencies import require
+from verifier.api.dependencies import require
 from verifier.auth.principal import Principal
-from verifier.bodies import JsonRoute
-from verifier.context import Ctx
+from verifier.api.bodies import JsonRoute
+from verifier.api.context import Ctx
 from verifier.errors import NotFound
 from verifier.keys.decodable import iso
-from verifier.providers import service
-from verifier.providers.schemas import BundleIn, BundleOut, ProviderIn, ProviderListOut, ProviderOut
+from verifier.registry import service
+from verifier.registry.schemas import BundleIn, BundleOut, ProviderIn, ProviderListOut, ProviderOut
 
 router = APIRouter(tags=["providers"], route_class=JsonRoute)
 

@@ -16,9 +16,10 @@ PACKAGES = ("gpu", "verifier", "workers")
 
 BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
         "verifier.secretfile", "verifier.db", "verifier.ratelimit")
-API = ("verifier.app", "verifier.api.middleware", "verifier.api.bodies", "verifier.api.dependencies",
-       "verifier.api.fastpath")
 SERVICES = ("audit", "keys", "auth", "verify", "jobs", "registry")
+# The composition roots: what builds a process's objects. Only the entry points (and, for the process builder,
+# the api layer) import them; nothing imports up into one.
+ROOTS = {"verifier.app": {"entry"}, "verifier.process": {"api", "entry"}}
 
 # layer -> the layers it may import (besides itself)
 MAY_IMPORT: dict[str, set[str]] = {
@@ -28,16 +29,16 @@ MAY_IMPORT: dict[str, set[str]] = {
     "lm": {"base"},
     "audit": {"base"},
     "keys": {"base", "engine", "audit"},
-    "auth": {"base", "audit"},
+    "auth": {"base", "engine", "audit"},  # engine: the profile's depth bounds a grant
     "verify": {"base", "engine", "lm", "audit", "keys", "auth"},
     "jobs": {"base", "engine", "lm", "audit", "keys", "auth", "verify"},
     "evaluation": {"gpu", "base", "engine", "lm"},
     "sdk": {"gpu", "engine", "lm"},  # verifier.provider (provider SDK), verifier.client: no service import
-    "providers": {"base", "engine", "audit", "keys", "auth", "sdk"},
-    "context": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "providers"},
-    "api": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "context", "providers", "sdk"},
-    "entry": {"gpu", "base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "evaluation", "context",
-              "api", "providers", "sdk"},
+    "registry": {"base", "engine", "audit", "keys", "auth", "sdk"},  # the provider registry
+    "process": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs"},  # verifier.process: the builder
+    "api": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "registry", "sdk", "process"},
+    "entry": {"gpu", "base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "evaluation", "api",
+              "registry", "sdk", "process"},
 }
 
 
@@ -46,7 +47,7 @@ def layer(module: str) -> str:
         return "gpu"
     if module.startswith(("verifier.cli", "workers")):
         return "entry"
-    if module in API or module.endswith(".endpoints") or module.startswith("verifier.console"):
+    if module == "verifier.app" or module.startswith(("verifier.api", "verifier.console")):
         return "api"
     if module in BASE or module == "verifier":
         return "base"
@@ -55,7 +56,7 @@ def layer(module: str) -> str:
     for name in ("engine", "evaluation", *SERVICES):
         if module == f"verifier.{name}" or module.startswith(f"verifier.{name}."):
             return name
-    if module in ("verifier.lm", "verifier.api.context"):
+    if module in ("verifier.lm", "verifier.process"):
         return module.split(".")[1]
     raise AssertionError(f"{module} is in no layer: add it to docs/architecture.md and this test")
 
@@ -133,17 +134,45 @@ def cycles(g: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_real_imports():
     g = graph()
-    assert "verifier.verify.decode" in g["verifier.jobs.drain"]
+    assert "verifier.verify.runner" in g["verifier.jobs.drain"]
     assert "verifier.jobs.queue" in g["verifier.jobs.dispatch"]  # a function-local import counts
     assert "verifier.lm" in g["verifier.cli.decode"]
 
 
-# gpu/ is restructured on the attribution branch (issue 10, item 1): empty this list when it lands.
-PENDING_GPU_CYCLES = [["gpu.evidence", "gpu.triton_kernels"]]
-
-
 def test_no_import_cycles():
-    assert [c for c in cycles(graph()) if c not in PENDING_GPU_CYCLES] == []
+    assert cycles(graph()) == []
+
+
+def folder(module: str) -> str:
+    """The folder a module lives in (`verifier.jobs`, `gpu`, `workers`); one directly under verifier/ is its own."""
+    parts = module.split(".")
+    return parts[0] if parts[0] in ("gpu", "workers") else ".".join(parts[:2])
+
+
+def folder_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for mod, deps in g.items():
+        mine = folder(mod)
+        out.setdefault(mine, set()).update(f for f in map(folder, deps) if f != mine)
+    return out
+
+
+def test_no_folder_cycles():
+    """Modules without a cycle can still make their folders one (an endpoint in jobs/ importing the composition
+    root that imports jobs/): the folders must show the layers too."""
+    assert cycles(folder_graph(graph())) == []
+
+
+def test_folder_cycle_detection_can_fail():
+    g = {"verifier.jobs.api": {"verifier.context"}, "verifier.context": {"verifier.jobs.drain"},
+         "verifier.jobs.drain": set()}
+    assert cycles(g) == [] and cycles(folder_graph(g)) == [["verifier.context", "verifier.jobs"]]
+
+
+def test_nothing_imports_up_into_a_composition_root():
+    bad = [f"{mod} -> {dep}" for mod, deps in graph().items() for dep in deps
+           if dep in ROOTS and layer(mod) not in ROOTS[dep]]
+    assert bad == []
 
 
 def test_cycle_detection_can_fail():

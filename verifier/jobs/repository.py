@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -12,7 +13,21 @@ from verifier.jobs.models import JobItemRow, JobRow
 FINAL = ("done", "failed")
 UNFINISHED = ("queued", "running")
 
-ItemRef = tuple[int, int, bytes, bytes, str]  # (item id, idx, nonce, ciphertext, text sha256)
+
+
+class ItemRef(NamedTuple):
+    """One claimed job item: its row id, its index in the job, its sealed text and the text's digest."""
+
+    id: int
+    idx: int
+    nonce: bytes
+    ciphertext: bytes
+    text_sha256: str
+
+    def __repr__(self) -> str:  # the sealed text stays out of logs
+        return f"ItemRef(id={self.id}, idx={self.idx})"
+
+
 _ITEMS = JobItemRow.__table__  # Core statements: the ORM's per-statement bookkeeping is not needed here
 
 
@@ -72,7 +87,7 @@ def claim_items(
                    _ITEMS.c.attempts)
     ).all()
     rows.sort(key=lambda r: r[1])
-    return [tuple(r[:5]) for r in rows], max((r[5] for r in rows), default=0)  # type: ignore[misc]
+    return [ItemRef(*r[:5]) for r in rows], max((r[5] for r in rows), default=0)
 
 
 def start_job(s: Session, job_id: str, now: float) -> None:

@@ -312,10 +312,6 @@ class TokenVerifier:
                     del self._verified[next(iter(self._verified))]
             self._verified[hashlib.sha256(token.encode()).digest()] = entry
 
-    def forget(self) -> None:
-        with self._lock:
-            self._verified = {}
-
     def verify(self, token: str) -> Claims:
         hit = self.cached(token)
         if hit is not None:

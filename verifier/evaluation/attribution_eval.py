@@ -180,11 +180,3 @@ class MethodEval:
             **{k: metrics.proportion(counts.get(k, 0), n) for k in ("both", "one", "none", "third")},
             "status": dict(Counter(a.status for a in att)),
         }
-
-
-def paired_ppl(cell: dict) -> dict:
-    """Per-prompt log(PPL / PPL_unwatermarked) median and Wilcoxon p per method (same setting)."""
-    from verifier.evaluation.formatting import paired_values as _paired_values
-
-    vals = {n: c.get("gen_ppl") or [] for n, c in cell.items() if isinstance(c, dict) and "gen_ppl" in c}
-    return {n: {"median_log_ratio": a, "wilcoxon_p": b} for n, (a, b) in _paired_values(vals).items()}

@@ -41,10 +41,6 @@ class BaselineDecode:
     score: list[float]
 
 
-def payload_tensor(payloads: list[list[int]]) -> Tensor:
-    return torch.tensor(payloads, dtype=torch.int64)
-
-
 def pad_ids(batch: list[list[int]]) -> tuple[Tensor, Tensor]:
     lengths = torch.tensor([len(x) for x in batch], dtype=torch.int64)
     width = max(1, int(lengths.max()) if batch else 1)

@@ -38,11 +38,11 @@ def run(a: argparse.Namespace, url: str | None) -> None:
     home = Path(tempfile.mkdtemp(prefix="hero-audit-commit-"))
     os.environ["HERO_HOME"] = str(home)
     logging.disable(logging.WARNING)
+    from verifier.api.context import build_context
     from verifier.audit import repository as repo
     from verifier.audit.models import AuditEventRow, AuditTreeNodeRow
     from verifier.audit.service import AuditEvent, record_with_receipts
     from verifier.audit.signer import signer_from_settings
-    from verifier.api.context import build_context
     from verifier.settings import Settings
 
     settings = Settings(home=home, database_url=url, auto_migrate=True)

@@ -29,9 +29,9 @@ def worker(checkout: str, callers: int, texts_per_caller: int) -> None:
     sys.path.insert(0, checkout)  # ahead of the path _common added (this script's own checkout)
     home = Path(tempfile.mkdtemp(prefix="hero-ab-"))
     os.environ["HERO_HOME"] = str(home)
+    from verifier.api.context import build_context
     from verifier.audit.service import Actor
     from verifier.cli.bench_serve import bench_texts
-    from verifier.api.context import build_context
     from verifier.engine.profile import resolve_profile
     from verifier.lm import load_tokenizer
     from verifier.settings import Settings

@@ -34,10 +34,10 @@ def main() -> None:
     a = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="hero-breakdown-"))
     os.environ["HERO_HOME"] = str(home)
+    from verifier.api.context import build_context
     from verifier.audit.service import Actor, record_with_receipts, text_digest
     from verifier.audit.signer import signer_from_settings
     from verifier.cli.bench_serve import bench_texts
-    from verifier.api.context import build_context
     from verifier.engine.availability import make_decoder
     from verifier.engine.profile import resolve_profile
     from verifier.lm import load_tokenizer

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from verifier.cli.serve_workers import OMP_NUM_THREADS
 from verifier.cli.serve import MAX_AUTO_WORKERS, _workers_arg, resolve_workers
+from verifier.cli.serve_workers import OMP_NUM_THREADS
 from verifier.lm import TOKENIZERS_PARALLELISM
 from verifier.settings import Settings
 

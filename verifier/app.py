@@ -18,24 +18,23 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifier.api.audit import router as audit_router
-from verifier.audit.service import AuditUnavailable
+from verifier.api.context import Ctx, ServiceContext, build_context
 from verifier.api.dependencies import require
+from verifier.api.fastpath import PATH as FAST_PATH
+from verifier.api.fastpath import VerifyFastPath
+from verifier.api.jobs import router as jobs_router
+from verifier.api.keys import router as keys_router
+from verifier.api.middleware import AccessLogMiddleware, BodyGuardMiddleware
+from verifier.api.providers import router as providers_router
+from verifier.api.verify import router as verify_router
+from verifier.audit.service import AuditUnavailable
 from verifier.auth.jwt import AuthError
 from verifier.auth.principal import Principal
 from verifier.console.apidocs import install_docs
 from verifier.console.endpoints import router as console_router
-from verifier.api.context import Ctx, ServiceContext, build_context
 from verifier.errors import DomainError
-from verifier.api.jobs import router as jobs_router
-from verifier.api.keys import router as keys_router
 from verifier.metrics import AUDIT_FAILURES
-from verifier.api.middleware import AccessLogMiddleware, BodyGuardMiddleware
-from verifier.api.providers import router as providers_router
 from verifier.settings import Settings, get_settings
-from verifier.api.verify import router as verify_router
-from verifier.api.fastpath import PATH as FAST_PATH
-from verifier.api.fastpath import VerifyFastPath
-from verifier.verify.runner import DecodeRunner
 
 log = logging.getLogger("hero.app")
 
@@ -178,10 +177,9 @@ def create_app(
     settings: Settings | None = None,
     *,
     tokenizer_loader: Callable[[str], Any] | None = None,
-    runner: DecodeRunner | None = None,
 ) -> FastAPI:
     settings = settings or get_settings()
-    ctx: ServiceContext = build_context(settings, tokenizer_loader=tokenizer_loader, runner=runner)
+    ctx: ServiceContext = build_context(settings, tokenizer_loader=tokenizer_loader)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -9,16 +9,17 @@ from celery.signals import worker_ready
 
 from verifier.jobs.drain import drain
 from verifier.jobs.queue import DRAIN_TASK, send_drain
-from verifier.jobs.runtime import ProcessLocal, recovery_loop
+from verifier.jobs.recovery import recovery_loop
+from verifier.process import ProcessLocal, open_database
 from workers.app import app, settings
 
-runtime = ProcessLocal(settings)
+runtime = ProcessLocal(settings)  # database, key store, policy, profiles, tokenizers, runner: once per process
 
 
 @app.task(name=DRAIN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def drain_job(self, job_id: str) -> dict:
     """Idempotent: claims what is left of the job, decodes it in batches, stores results + audit."""
-    out = drain(runtime().context(), str(job_id))
+    out = drain(runtime().drain_context("worker", settings.worker_device), str(job_id))
     if out.wait is not None:  # another worker holds leases: look again when they expire
         send_drain(self.app, str(job_id), countdown=out.wait + 0.5)
     return {"written": out.written}
@@ -29,5 +30,6 @@ _stop = threading.Event()
 
 @worker_ready.connect
 def _start_recovery(**_kw) -> None:
-    loop = partial(recovery_loop, settings, partial(send_drain, app), _stop)
+    loop = partial(recovery_loop, open_database(settings), settings.job_stale_seconds,
+                   settings.job_recover_interval_seconds, partial(send_drain, app), _stop)
     threading.Thread(target=loop, name="hero-recover", daemon=True).start()

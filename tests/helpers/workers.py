@@ -176,3 +176,15 @@ def make_texts(svc: Service, n: int, steps: int = 48, seed: int = 0) -> list[str
     return [t if t.strip() else "x" + t for t in texts]
 
 
+def job_doc(db, job_id: str) -> dict:
+    """A job's status document and stored results, read directly (no reader, no `jobs.read` audit event)."""
+    import json
+
+    from verifier.jobs import repository as repo
+    from verifier.jobs import service as jobs
+    from verifier.jobs.models import JobRow
+
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        results = [json.loads(r) for r in repo.results_in_order(s, job_id)] if job.status == "done" else None
+        return {**jobs.status_doc(job), "results": results}

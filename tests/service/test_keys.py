@@ -230,7 +230,7 @@ def test_move_profile_keeps_v1_texts_decodable_after_the_v2_upgrade(svc, monkeyp
     svc.client.post("/v1/keys/2/rotate", headers=svc.auth("admin"))
     v1 = v1_profile()
     old_default = dataclasses.replace(v1, name="default")  # what `default` meant before spec v2
-    before_tables = {t.version: t.entries for tables in store.verification_tables(old_default, 2).values()
+    before_tables = {t.version: t.entries for tables in store.verification_material(old_default, 2).tables.values()
                      for t in tables}
     before_ct = {r.version: r.ciphertext for r in _rows(svc)}
 
@@ -248,7 +248,8 @@ def test_move_profile_keeps_v1_texts_decodable_after_the_v2_upgrade(svc, monkeyp
     rows = all_rows()
     assert {r.profile for r in rows} == {"v1"}
     assert all(r.ciphertext != before_ct[r.version] for r in rows)  # re-sealed: the AEAD binds the name
-    after_tables = {t.version: t.entries for tables in store.verification_tables(v1, 2).values() for t in tables}
+    after_tables = {t.version: t.entries for tables in store.verification_material(v1, 2).tables.values()
+                    for t in tables}
     assert after_tables == before_tables
     # Audited; a second move would merge two key histories and is refused; `default` starts afresh.
     events = svc.client.get("/v1/audit/events", headers=svc.auth("admin")).json()["events"]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from verifier.audit.service import Actor
-from verifier.auth.principal import Principal
+from verifier.auth.policy import Grant, Policy, Role
+from verifier.engine.profile import resolve_profile
 from verifier.errors import Forbidden, InvalidInput, TooLarge
-from verifier.verify.release import DIAGNOSTICS, audit_events, check_texts, outcome, requested_level, shape
+from verifier.verify.release import DIAGNOSTICS, audit_events, check_texts, outcome, shape
 
 
 def _level(n: int, **extra) -> dict:
@@ -55,11 +56,19 @@ def test_outcome_and_audit_events_follow_the_shaped_result():
 
 
 def test_input_checks():
-    p = Principal("s", "moderator", "j", 1, frozenset({"verify"}))
-    assert requested_level(p, None) == 1 and requested_level(p, 1) == 1
+    policy = Policy({"moderator": Role("moderator", 1, frozenset({"verify"})),
+                     "admin": Role("admin", None, frozenset())})
+    profile = resolve_profile("default")
+    assert policy.grant("moderator", profile) == Grant("moderator", 1) == policy.grant("moderator", profile, 1)
     with pytest.raises(Forbidden) as err:
-        requested_level(p, 2)
+        policy.grant("moderator", profile, 2)
     assert err.value.status == 403 and "maximum 1" in err.value.detail()
+    assert policy.grant("admin", profile).level == profile.depth  # 'all': the profile's depth
+    with pytest.raises(Forbidden) as err:
+        policy.grant("admin", profile, profile.depth + 1)
+    assert "maximum 2" in err.value.detail()
+    with pytest.raises(Forbidden, match="role not allowed"):
+        policy.grant("nobody", profile)
     with pytest.raises(TooLarge):
         check_texts(["a", "b"], 1, 100)
     with pytest.raises(TooLarge):

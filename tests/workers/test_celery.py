@@ -96,7 +96,7 @@ def test_200_texts_on_a_worker_match_inline_and_moderator_gets_level1_keys_only(
     assert mod["results"] == svc.verify_inline(texts[:20], "moderator")
     assert all([lv["level"] for lv in r["levels"]] == [1] for r in mod["results"])
 
-    # What the worker was handed (recorded by the drain from verifier.jobs.material.tables_for): levels + versions.
+    # What the worker's decoder was handed (recorded by the drain from verifier.verify.runner): levels + versions.
     assert jobs.keys_handed(svc.ctx.db, jmod) == {1: ["l1-v1"]}
     assert jobs.keys_handed(svc.ctx.db, jid) == {1: ["l1-v1"], 2: ["l2-v1"]}
     with svc.ctx.db.session() as s:

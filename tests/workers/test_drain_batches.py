@@ -9,12 +9,13 @@ import time
 import pytest
 from sqlalchemy import event, select, update
 
-from tests.helpers.workers import make_texts
+from tests.helpers.workers import job_doc, make_texts
 from verifier.audit.models import AuditEventRow
 from verifier.audit.service import AuditEvent, verify_chain
 from verifier.jobs import service as jobs
-from verifier.jobs.drain import DrainContext, drain, profile_lookup
+from verifier.jobs.drain import DrainContext, drain
 from verifier.jobs.models import JobItemRow
+from verifier.process import profile_lookup
 
 
 def _job(svc, n: int) -> str:
@@ -46,7 +47,7 @@ def test_claims_take_expired_items_then_pending_from_the_cursor_and_leave_none_b
     assert jobs.claim(db, jid, "w", 10, 60, start_idx=c3.next_idx).items == []
     assert jobs.complete(db, c1, *_fake(c1), {}) == 0  # taken over: nothing written
     assert jobs.complete(db, c2, *_fake(c2), {}) + jobs.complete(db, c3, *_fake(c3), {}) == 8
-    _, doc = jobs.job_view(db, jid)
+    doc = job_doc(db, jid)
     assert doc["status"] == "done" and doc["results"] == [{"idx": i} for i in range(8)]
     with db.session() as s:
         details = sorted(s.scalars(select(AuditEventRow.detail).where(AuditEventRow.detail.like(f"job={jid} %"))))
@@ -115,7 +116,7 @@ def test_a_batch_of_results_is_one_update_statement(db_url, make_service):
 
 def _context(svc, batch: int) -> DrainContext:
     ctx = svc.ctx
-    return DrainContext(db=ctx.db, store=ctx.store, profiles=profile_lookup(ctx.profile), tokenizer=ctx.tokenizers,
+    return DrainContext(db=ctx.db, store=ctx.store, profiles=profile_lookup(ctx.profile), runner=ctx.runner,
                         policy=ctx.policy, worker="test", batch_size=batch)
 
 
@@ -149,7 +150,7 @@ def test_drain_fails_a_job_whose_items_ran_out_of_attempts(sqlite_url, make_serv
     dc = _context(svc, 2)
     dc.max_attempts = 5
     assert drain(dc, jid).written == 0  # this claim is its 6th attempt
-    _, doc = jobs.job_view(db, jid)
+    doc = job_doc(db, jid)
     assert doc["status"] == "failed" and doc["error"] == "items could not be decoded after 5 attempts"
 
 
@@ -168,7 +169,7 @@ def test_a_batch_whose_audit_write_fails_is_not_stored_and_the_drain_stops(sqlit
     dc.lease_s = 0.5
     with pytest.raises(RuntimeError, match="audit log down"):
         drain(dc, jid)
-    _, doc = jobs.job_view(db, jid)
+    doc = job_doc(db, jid)
     with db.session() as s:
         statuses = set(s.scalars(select(JobItemRow.status).where(JobItemRow.job_id == jid)))
         audited = list(s.scalars(select(AuditEventRow.detail).where(AuditEventRow.detail.like(f"job={jid} %"))))
@@ -213,8 +214,9 @@ def test_the_next_batch_is_tokenized_on_its_own_thread_while_this_one_decodes(sq
     monkeypatch.setattr(jobs, "claim", claim)
     monkeypatch.setattr(jobs, "complete", complete)
     dc = _context(svc, 2)
-    dc.tokenizer = lambda _name: Recording()
-    assert drain(dc, jid).written == 10
+    with monkeypatch.context() as m:  # the process's runner, with a tokenizer that records its threads
+        m.setattr(dc.runner, "tokenizers", lambda _name: Recording())
+        assert drain(dc, jid).written == 10
     assert len(threads) == 5 and all(t.startswith("hero-job-tokenize") for t in threads)
     stores = [i for i, (kind, _) in enumerate(order) if kind == "store"]
     claimed_before = [sum(1 for kind, first in order[:i] if kind == "claim" and first is not None) for i in stores]

@@ -9,7 +9,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from tests.helpers.workers import make_texts
+from tests.helpers.workers import job_doc, make_texts
 from verifier.audit.models import AuditEventRow
 from verifier.audit.service import AuditEvent, verify_chain
 from verifier.jobs import service as jobs
@@ -82,7 +82,7 @@ def test_claims_are_idempotent_and_leases_expire(db_url, make_service):
     assert jobs.complete(db, c2, *_fake(c2), {1: ["l1-v1"]}) == 3
     assert jobs.complete(db, c2, *_fake(c2), {1: ["l1-v1"]}) == 0  # re-delivery: never overwritten
     assert jobs.claim(db, jid, "w3", 5, 60) is None  # job done: no work
-    _, doc = jobs.job_view(db, jid)
+    doc = job_doc(db, jid)
     assert doc["status"] == "done" and doc["results"] == [{"idx": 0}, {"idx": 1}, {"idx": 2}]
     with db.session() as s:
         attempts = dict(s.execute(select(JobItemRow.idx, JobItemRow.attempts).where(JobItemRow.job_id == jid)).all())
@@ -109,7 +109,7 @@ def test_unfinished_inprocess_job_is_resumed_when_the_api_starts(sqlite_url, mak
     jid = jobs.create_job(db, kek, owner_sub="admin-1", role="admin", jti="j", profile="default", max_level=2,
                           alpha=first.settings.alpha, texts=texts)
     dead = jobs.claim(db, jid, "api-inprocess:dead:1", 2, lease_s=1.0)  # the dead process's batch
-    assert len(dead.items) == 2 and jobs.job_view(db, jid)[1]["status"] == "running"
+    assert len(dead.items) == 2 and job_doc(db, jid)["status"] == "running"
 
     caplog.set_level(logging.INFO, logger="hero.jobs")
     second = make_service(sqlite_url, job_lease_seconds=5)  # starting up resumes the job
@@ -181,4 +181,4 @@ def test_closing_the_inprocess_dispatcher_stops_the_running_drain_and_waits(sqli
     after = done()
     time.sleep(1.0)  # three more batches' time: a drain still running would store them
     assert done() == after < 12
-    assert jobs.job_view(db, jid)[1]["status"] == "running"  # left to the next start
+    assert job_doc(db, jid)["status"] == "running"  # left to the next start

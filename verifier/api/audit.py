@@ -11,11 +11,11 @@ from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
-from verifier.audit import merkle as tlog
-from verifier.audit.service import list_events, verify_chain
-from verifier.api.dependencies import AuditReader, VerifyCaller
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx
+from verifier.api.dependencies import AuditReader, VerifyCaller
+from verifier.audit import merkle as tlog
+from verifier.audit.service import list_events, verify_chain
 from verifier.errors import InvalidInput, NotFound
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=JsonRoute)

@@ -1,34 +1,36 @@
-"""The composition root of the API process: everything a request needs, built once per app.
+"""The API process's context: the shared process parts (verifier.process) plus what only the API needs.
 
-`build_context` wires settings, database, key store, token verifier, policy, the loaded profile, the one
-tokenizer cache, the /v1/verify runner and the job dispatcher. Endpoints receive it through the `Ctx`
-dependency; nothing else reads `app.state`.
+`build_context` builds the process with `build_process` (database, key store, policy, profile, tokenizers, the
+one decode runner), then adds the token verifier, the job dispatcher, the checkpoint signer, the rate limiter
+and the /v1/verify micro-batcher. Endpoints receive it through the `Ctx` dependency; nothing else reads
+`app.state`. `ServiceContext.admit` is the one admission check before any decode an endpoint starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from verifier.audit.signer import LogSigner, signer_from_settings
 from verifier.auth.jwt import TokenVerifier
-from verifier.auth.policy import Policy, load_policy
-from verifier.db import Database, upgrade
-from verifier.engine.profile import Profile, resolve_profile
+from verifier.auth.policy import Grant, Policy
+from verifier.auth.principal import Principal
+from verifier.db import Database
+from verifier.engine.profile import Profile
 from verifier.jobs.dispatch import CeleryDispatcher, Dispatcher, InProcessDispatcher
-from verifier.jobs.drain import DrainContext, profile_lookup
-from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
-from verifier.ratelimit import RateLimiter, make_rate_limiter
-from verifier.secretfile import private_dir
+from verifier.process import build_process
+from verifier.ratelimit import MemoryCounter, RateLimiter, make_rate_limiter
 from verifier.settings import Settings
-from verifier.verify import service as verify_service
 from verifier.verify.batcher import Batcher
-from verifier.verify.runner import DecodeRunner, InProcessRunner
+from verifier.verify.release import charge_quota, check_texts
+from verifier.verify.runner import DecodeRunner
+from verifier.verify.service import batch_worker
 
 
 @dataclass
@@ -49,6 +51,17 @@ class ServiceContext:
     def __repr__(self) -> str:
         return f"ServiceContext(profile={self.profile.name!r}, db={self.db.dialect})"
 
+    async def admit(self, p: Principal, texts: Sequence[str], max_texts: int, requested: int | None = None) -> Grant:
+        """The level granted to `p` (403), the input limits (413/422), then the caller's quota (429: nothing
+        counted): the same checks, in the same order, before every decode an endpoint starts."""
+        grant = self.policy.grant(p.role, self.profile, requested)
+        check_texts(texts, max_texts, self.settings.max_text_chars)
+        if isinstance(self.limiter.counter, MemoryCounter):
+            charge_quota(self.limiter, self.policy, p, len(texts))  # in memory: no I/O on the loop
+        else:
+            await run_in_threadpool(charge_quota, self.limiter, self.policy, p, len(texts))
+        return grant
+
     def close(self) -> None:
         if self.batcher is not None:
             self.batcher.close()
@@ -57,45 +70,20 @@ class ServiceContext:
         self.db.dispose()
 
 
-def build_context(
-    settings: Settings,
-    *,
-    tokenizer_loader: Callable[[str], Any] | None = None,
-    runner: DecodeRunner | None = None,
-) -> ServiceContext:
-    private_dir(settings.home)
-    if settings.should_auto_migrate:
-        upgrade(settings.db_url)
-    db = Database(settings.db_url, settings.sqlite_synchronous)
-    store = DbKeyStore(db, make_kek_provider(settings))
-    profile = resolve_profile(settings.profile)
-    policy = load_policy(settings.roles_file)
-    tokenizers = TokenizerCache(tokenizer_loader)
+def build_context(settings: Settings, *, tokenizer_loader: Callable[[str], Any] | None = None) -> ServiceContext:
+    proc = build_process(settings, tokenizer_loader=tokenizer_loader)
     if settings.broker_url:
         jobs: Dispatcher = CeleryDispatcher(settings)
     else:
-        profiles = profile_lookup(profile)
-
-        def drain_context() -> DrainContext:
-            return DrainContext.from_settings(settings, db, store, policy, profiles, tokenizers, worker="api-inprocess")
-
-        jobs = InProcessDispatcher(db, drain_context)
-    runner = runner or InProcessRunner(store, tokenizers, settings.alpha)
-    ctx = ServiceContext(settings=settings, db=db, store=store, tokens=TokenVerifier(settings), policy=policy,
-                         profile=profile, tokenizers=tokenizers, runner=runner, jobs=jobs,
-                         signer=signer_from_settings(settings), limiter=make_rate_limiter(settings))
+        jobs = InProcessDispatcher(proc.db, lambda: proc.drain_context("api-inprocess"))
+    ctx = ServiceContext(settings=settings, db=proc.db, store=proc.store, tokens=TokenVerifier(settings),
+                         policy=proc.policy, profile=proc.profile, tokenizers=proc.tokenizers, runner=proc.runner,
+                         jobs=jobs, signer=signer_from_settings(settings), limiter=make_rate_limiter(settings))
     if settings.verify_batching:
-        ctx.batcher = make_batcher(ctx)
+        ctx.batcher = Batcher(batch_worker(ctx, settings.checkpoint_interval_seconds),
+                              window_s=settings.verify_batch_window_ms / 1000,
+                              max_texts=settings.verify_batch_max_texts)
     return ctx
-
-
-def make_batcher(ctx: ServiceContext) -> Batcher:
-    s = ctx.settings
-
-    def process(requests):  # through the module, so tests can replace the audit functions
-        return verify_service.verify_batch(ctx.runner, ctx.db, requests, ctx.signer, s.checkpoint_interval_seconds)
-
-    return Batcher(process, window_s=s.verify_batch_window_ms / 1000, max_texts=s.verify_batch_max_texts)
 
 
 async def get_context(request: Request) -> ServiceContext:

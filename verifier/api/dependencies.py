@@ -11,9 +11,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from verifier.api.context import Ctx, ServiceContext
 from verifier.auth.jwt import AuthError, Claims
 from verifier.auth.principal import Principal
-from verifier.api.context import Ctx, ServiceContext
 from verifier.errors import Forbidden, Unauthorized
 
 bearer = HTTPBearer(auto_error=False, description="JWT signed with an EdDSA or ES256 key from the trusted key set")
@@ -41,11 +41,10 @@ async def current_principal(
 
 def principal_for(ctx: ServiceContext, claims: Claims) -> Principal:
     """The caller a verified token names, under the server policy (403 for a role it does not know)."""
-    role = ctx.policy.role(claims.role)
-    if role is None:
-        raise Forbidden("role not allowed by server policy")
+    ceiling = ctx.policy.grant(claims.role, ctx.profile)  # 403 for a role the policy does not know
+    role = ctx.policy.roles[claims.role]
     iss = claims.raw.get("iss")
-    return Principal(claims.sub, role.name, claims.jti, role.level_limit(ctx.profile.depth), role.actions,
+    return Principal(claims.sub, role.name, claims.jti, ceiling.level, role.actions,
                      iss if isinstance(iss, str) else "")
 
 

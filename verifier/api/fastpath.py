@@ -22,8 +22,8 @@ from pydantic import TypeAdapter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from verifier.api.dependencies import check_action, principal_for
 from verifier.api.context import ServiceContext
+from verifier.api.dependencies import check_action, principal_for
 from verifier.api.middleware import OFFLOOP_BYTES
 from verifier.api.verify import verify_call
 from verifier.verify.schemas import VerifyOut

@@ -7,15 +7,16 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from starlette.concurrency import run_in_threadpool
 
-from verifier.api.dependencies import VerifyCaller
 from verifier.api.bodies import JsonRoute
-from verifier.api.context import Ctx
+from verifier.api.context import Ctx, ServiceContext
+from verifier.api.dependencies import VerifyCaller
+from verifier.auth.principal import Principal
 from verifier.errors import NotFound
 from verifier.jobs import service as jobs
 from verifier.jobs.schemas import JobAccepted, JobIn, JobListOut, JobOut
 from verifier.metrics import JOB_TEXTS, JOBS
-from verifier.verify.release import charge_quota, check_texts, requested_level
 
 log = logging.getLogger("hero.jobs")
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JsonRoute)
@@ -31,13 +32,15 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"], route_class=JsonRoute)
     "names the job's status URL.",
     responses={401: {}, 403: {}, 413: {}, 422: {}, 429: {"description": "quota reached (Retry-After)"}, 503: {}},
 )
-def submit(body: JobIn, ctx: Ctx, p: VerifyCaller, response: Response) -> dict:
-    level = requested_level(p, body.max_level)
-    check_texts(body.texts, ctx.settings.job_max_texts, ctx.settings.max_text_chars)
-    charge_quota(ctx.limiter, ctx.policy, p, len(body.texts))
+async def submit(body: JobIn, ctx: Ctx, p: VerifyCaller, response: Response) -> dict:
+    grant = await ctx.admit(p, body.texts, ctx.settings.job_max_texts, body.max_level)
+    return await run_in_threadpool(_queue, ctx, p, grant.level, body.texts, response)
+
+
+def _queue(ctx: ServiceContext, p: Principal, level: int, texts: list[str], response: Response) -> dict:
     job_id = jobs.create_job(
         ctx.db, ctx.store.kek, owner_sub=p.sub, owner_iss=p.iss, role=p.role, jti=p.jti, profile=ctx.profile.name,
-        max_level=level, alpha=ctx.settings.alpha, texts=body.texts,
+        max_level=level, alpha=ctx.settings.alpha, texts=texts,
     )
     try:
         ctx.jobs.submit(job_id)
@@ -45,7 +48,7 @@ def submit(body: JobIn, ctx: Ctx, p: VerifyCaller, response: Response) -> dict:
     except Exception as exc:  # stored durably: workers re-enqueue stale jobs once the broker is back
         log.warning("job not enqueued", extra={"job_id": job_id, "error": exc.__class__.__name__})
     JOBS.labels("submitted").inc()
-    JOB_TEXTS.labels("submitted").inc(len(body.texts))
+    JOB_TEXTS.labels("submitted").inc(len(texts))
     response.headers["Location"] = f"/v1/jobs/{job_id}"
     return {"job_id": job_id}
 

@@ -9,9 +9,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from verifier.api.dependencies import KeyAdmin, KeyReader
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx, ServiceContext
+from verifier.api.dependencies import KeyAdmin, KeyReader
 from verifier.errors import NotFound
 from verifier.keys.schemas import DestroyIn, KeyListOut, KeyVersionOut
 from verifier.keys.service import version_meta

@@ -9,10 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path
 from fastapi.responses import JSONResponse, Response
 
-from verifier.api.dependencies import require
-from verifier.auth.principal import Principal
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx
+from verifier.api.dependencies import require
+from verifier.auth.principal import Principal
 from verifier.errors import NotFound
 from verifier.keys.decodable import iso
 from verifier.registry import service

@@ -5,13 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from verifier.api.dependencies import EvidenceReader, VerifyCaller
-from verifier.auth.principal import Principal
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx, ServiceContext
-from verifier.ratelimit import MemoryCounter
+from verifier.api.dependencies import EvidenceReader, VerifyCaller
+from verifier.auth.principal import Principal
 from verifier.verify.evidence import token_evidence
-from verifier.verify.release import charge_quota, check_texts, requested_level
 from verifier.verify.runner import DecodeJob
 from verifier.verify.schemas import EvidenceIn, EvidenceOut, VerifyIn, VerifyOut
 from verifier.verify.service import VerifyRequest, verify_texts
@@ -39,13 +37,8 @@ async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
 
 async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None) -> list[dict]:
     """The body of POST /v1/verify once the caller and the input are known (also verifier.api.fastpath)."""
-    level = requested_level(p, max_level)
-    check_texts(texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
-    if isinstance(ctx.limiter.counter, MemoryCounter):
-        charge_quota(ctx.limiter, ctx.policy, p, len(texts))  # in memory: no I/O on the loop
-    else:
-        await run_in_threadpool(charge_quota, ctx.limiter, ctx.policy, p, len(texts))
-    job = DecodeJob(ctx.profile, tuple(texts), level, ctx.settings.alpha)
+    grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level)
+    job = DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha)
     if ctx.batcher is not None:  # answered after the batch's audit transaction commits
         return await ctx.batcher.verify(VerifyRequest(job, p.actor))
     return await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
@@ -63,7 +56,6 @@ async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_l
     responses=ERRORS,
 )
 async def evidence(body: EvidenceIn, ctx: Ctx, p: EvidenceReader) -> dict:
-    check_texts([body.text], ctx.settings.max_texts, ctx.settings.max_text_chars)
-    await run_in_threadpool(charge_quota, ctx.limiter, ctx.policy, p, 1)
+    await ctx.admit(p, [body.text], ctx.settings.max_texts, 1)  # level 1 only, whatever the role
     return await run_in_threadpool(token_evidence, ctx.runner, ctx.db, ctx.profile, body.text, p.actor, ctx.signer,
                                    ctx.settings.checkpoint_interval_seconds)

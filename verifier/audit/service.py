@@ -68,6 +68,13 @@ class AuditEvent:
     outcome: str = "ok"
     detail: str | None = None
 
+    @classmethod
+    def of(cls, actor: Actor, action: str, levels: Sequence[int] = (), key_version: str | None = None,
+           text_sha256: str | None = None, outcome: str = "ok", detail: str | None = None) -> AuditEvent:
+        """The event of `action` done by `actor` (the one place an Actor becomes an event's who)."""
+        return cls(action, actor.subject, actor.role, actor.jti, list(levels), key_version, text_sha256, outcome,
+                   detail)
+
 
 
 

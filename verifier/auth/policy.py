@@ -1,13 +1,23 @@
-"""Role policy from policies/roles.yaml: role -> maximum disclosure level and allowed actions."""
+"""Role policy from policies/roles.yaml: role -> maximum disclosure level and allowed actions.
+
+`Policy.grant(role, profile, requested)` is the one level decision: made once per request or job, the
+`Grant` it returns is carried to the runner, which decrypts and releases levels 1..grant.level and no more.
+Nothing downstream clamps or re-decides a level.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
+from verifier.errors import Forbidden
 from verifier.ratelimit import RoleLimits
+
+if TYPE_CHECKING:
+    from verifier.engine.profile import Profile
 
 ACTIONS = frozenset({"verify", "keys.read", "keys.write", "audit.read", "jobs.read_all", "metrics.read",
                      "providers.read", "providers.write", "keys.bundle", "evidence.read"})
@@ -24,8 +34,25 @@ class Role:
     actions: frozenset[str]
     limits: RoleLimits | None = None  # quotas on texts verified; None = unlimited
 
-    def level_limit(self, depth: int) -> int:
-        return depth if self.max_level is None else min(self.max_level, depth)
+    def grant(self, profile: Profile, requested: int | None = None) -> Grant:
+        """Levels 1..requested (default: this role's maximum within the profile); more than that is 403."""
+        top = profile.depth if self.max_level is None else min(self.max_level, profile.depth)
+        level = top if requested is None else requested
+        if level > top:
+            raise Forbidden(f"level {level} not allowed for role {self.name!r} (maximum {top})")
+        return Grant(self.name, level)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The levels a caller may have decoded and released: 1..level (decided by `Role.grant`, never clamped later)."""
+
+    role: str
+    level: int
+
+
+OPERATOR = Role("cli", None, frozenset())
+"""`hero decode --local`: the operator of the key store's machine, who may ask for every level of the profile."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +61,13 @@ class Policy:
 
     def role(self, name: str) -> Role | None:
         return self.roles.get(name)
+
+    def grant(self, role: str, profile: Profile, requested: int | None = None) -> Grant:
+        """The one level decision for a request or a job (403 for a role the policy does not know)."""
+        r = self.roles.get(role)
+        if r is None:
+            raise Forbidden("role not allowed by server policy")
+        return r.grant(profile, requested)
 
 
 def _limits(path: Path, name: str, raw: object) -> RoleLimits | None:

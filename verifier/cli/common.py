@@ -1,4 +1,6 @@
-"""Helpers shared by CLI commands: settings (read once per command), profile and key-store resolution."""
+"""Helpers shared by CLI commands: settings (read once per command), profile and key-store resolution.
+
+The database and key store come from verifier.process, built exactly as the API and the workers build them."""
 
 from __future__ import annotations
 
@@ -35,26 +37,17 @@ def cli_settings(args: argparse.Namespace | None = None) -> Settings:
 
 
 def open_database(settings: Settings | None = None) -> Database:
-    """The service database; SQLite (embedded default) is migrated on open, others must be at head."""
-    from verifier.db import Database, check_schema, upgrade
-    from verifier.secretfile import private_dir
+    """The service database (verifier.process.open_database), checked to be at the schema head."""
+    from verifier import process
 
-    settings = settings or cli_settings()
-    private_dir(settings.home)
-    if settings.should_auto_migrate:
-        upgrade(settings.db_url)
-    db = Database(settings.db_url)
-    check_schema(db)  # one line ("run `hero db upgrade`") instead of a traceback on an un-migrated DB
-    return db
+    return process.open_database(settings or cli_settings(), check=True)
 
 
 def open_store(settings: Settings | None = None) -> DbKeyStore:
     """The service's encrypted key store (same DB and KEK as `hero serve`)."""
-    from verifier.keys.kek import make_kek_provider
-    from verifier.keys.service import DbKeyStore
+    from verifier import process
 
-    settings = settings or cli_settings()
-    return DbKeyStore(open_database(settings), make_kek_provider(settings))
+    return process.open_store(settings or cli_settings())
 
 
 def emit(obj: object) -> None:

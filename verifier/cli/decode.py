@@ -14,7 +14,6 @@ from pathlib import Path
 
 from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
 
-DEFAULT_ALPHA = 1e-4  # verifier.engine.decoder.DEFAULT_ALPHA (not imported here: it pulls in torch)
 SERVICE_TIMEOUT_S = 120.0
 
 
@@ -25,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--text")
     src.add_argument("--file", help="file holding the text ('-' = stdin)")
     p.add_argument("--alpha", type=float, default=None,
-                   help=f"significance for 'watermarked' (local decode; default {DEFAULT_ALPHA:g})")
+                   help="significance for 'watermarked' (local decode; default HERO_ALPHA, 1e-4)")
     p.add_argument("--url", default=None,
                    help="decode with the service at this base URL (default: HERO_URL; token: HERO_TOKEN)")
     p.add_argument("--local", action="store_true", help="decode here even when HERO_URL is set")
@@ -105,26 +104,30 @@ def cmd_decode(args: argparse.Namespace) -> None:
     decode_local(args, text, max_level)
 
 
-def decode_local(args: argparse.Namespace, text: str, max_level: int) -> None:
-    from verifier.engine.decoder import DecodeError, Decoder
+def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
+    """Through the one decode path (verifier.verify.runner), as POST /v1/verify: the same verdicts (missing and
+    unavailable levels included), the same shaping and result schema (no receipt: the event is in the local
+    audit log); audited as the OS user before anything is printed."""
+    from verifier.audit.service import record, text_digest
+    from verifier.auth.policy import OPERATOR
+    from verifier.lm import TokenizerCache
+    from verifier.verify.release import audit_events
+    from verifier.verify.runner import DecodeJob, Runner
+    from verifier.verify.schemas import ResultOut
 
+    settings = cli_settings(args)
     profile = resolve_profile(args.profile)
-    if max_level > profile.depth:
+    if level > profile.depth:
         raise ValueError(f"profile {profile.name!r} has only {profile.depth} levels")
-    store = open_store(cli_settings(args))
-    tables = store.verification_tables(profile, max_level)
-    if max(tables) < max_level:
-        raise DecodeError(f"no usable keys for level {max(tables) + 1}")
-    from verifier.audit.service import AuditEvent, record, text_digest
-    from verifier.lm import load_tokenizer
-    from verifier.verify.release import outcome
-
-    decoder = Decoder(profile, tables, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha)
-    (result,) = decoder.decode_texts([text], load_tokenizer(profile.tokenizer))
-    out = result.to_dict()
-    actor = cli_actor()
-    versions = ",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in out["levels"]) or None
-    # A disclosure like any other: audited (and committed) before anything is printed, or nothing is.
-    record(store.db, [AuditEvent("decode", actor.subject, actor.role, actor.jti, list(range(1, max_level + 1)),
-                                 versions, text_digest(text), outcome(out))])
-    emit(out)
+    grant = OPERATOR.grant(profile, level)
+    alpha = settings.alpha if args.alpha is None else args.alpha
+    store = open_store(settings)
+    runner = Runner(store, TokenizerCache(), settings.alpha)
+    try:
+        (out,) = runner.decode(DecodeJob(profile, (text,), grant.level, alpha))
+        # A disclosure like any other: audited (and committed) before anything is printed, or nothing is.
+        record(store.db, audit_events(cli_actor(), [text_digest(text)], [out], action="decode"))
+    finally:
+        runner.close()
+        store.db.dispose()
+    emit(ResultOut.model_validate(out).model_dump(mode="json", by_alias=True))  # the API's result schema

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, Field
 
+from verifier.api.context import Ctx
 from verifier.api.dependencies import current_principal
 from verifier.auth.principal import Principal
-from verifier.api.context import Ctx
 from verifier.errors import Forbidden, InvalidInput, NotFound
 
 router = APIRouter(prefix="/console", tags=["console"])

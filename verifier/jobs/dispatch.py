@@ -97,7 +97,7 @@ class CeleryDispatcher:
         self.app = make_celery(settings)
 
     def start(self) -> None:
-        return None  # workers re-enqueue stale jobs (verifier.jobs.recovery)
+        return None  # workers re-enqueue stale jobs (verifier.jobs.recovery, started by workers/tasks.py)
 
     def submit(self, job_id: str) -> None:
         from verifier.jobs.queue import send_drain

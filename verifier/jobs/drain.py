@@ -1,6 +1,7 @@
-"""Drain one job: claim a batch, decode it as one tensor batch, store results + audit; repeat.
+"""Drain one job: claim a batch, decode it through the process's runner, store results + audit; repeat.
 
-The same function runs in the API process (no broker configured) and in Celery workers (`workers/`).
+The same function runs in the API process (no broker configured) and in Celery workers (`workers/`); both
+decode through `verifier.verify.runner.Runner.run` at the level granted for the job under the policy in force.
 It is idempotent: a second call for a finished job, or a re-delivered message, finds nothing to claim.
 """
 
@@ -16,21 +17,18 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from verifier.audit.service import Actor
 from verifier.auth.policy import Policy
 from verifier.db import Database
-from verifier.engine.availability import make_decoder
 from verifier.engine.decoder import token_ids
-from verifier.engine.profile import Profile, resolve_profile
+from verifier.engine.profile import Profile
 from verifier.errors import DomainError
 from verifier.jobs import service as jobs
-from verifier.jobs.material import handed_summary, tables_for
 from verifier.keys.service import DbKeyStore
 from verifier.settings import Settings
-from verifier.verify.decode import decode_material
-from verifier.verify.release import audit_events, shape
+from verifier.verify.release import audit_events
+from verifier.verify.runner import DecodeJob, Runner
 
 log = logging.getLogger("hero.jobs")
 
@@ -40,27 +38,13 @@ def process_name(prefix: str) -> str:
     return f"{prefix}:{socket.gethostname()}:{os.getpid()}"
 
 
-def profile_lookup(*known: Profile) -> Callable[[str], Profile]:
-    """Profile by the name stored on a job row: the loaded ones as they are, others read once per process."""
-    cache = {p.name: p for p in known}
-    lock = threading.Lock()
-
-    def get(name: str) -> Profile:
-        with lock:
-            if name not in cache:
-                cache[name] = resolve_profile(name)
-            return cache[name]
-
-    return get
-
-
 @dataclass
 class DrainContext:
     db: Database
     store: DbKeyStore
     profiles: Callable[[str], Profile]
-    tokenizer: Callable[[str], Any]  # tokenizer name -> tokenizer (the process's TokenizerCache)
-    policy: Policy | None
+    runner: Runner  # the process's one decode path (its material cache and tokenizers)
+    policy: Policy
     worker: str
     batch_size: int = 32
     lease_s: float = 60.0
@@ -74,11 +58,11 @@ class DrainContext:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, db: Database, store: DbKeyStore, policy: Policy | None,
-        profiles: Callable[[str], Profile], tokenizer: Callable[[str], Any], *, worker: str, device: str = "cpu",
+        cls, settings: Settings, db: Database, store: DbKeyStore, policy: Policy,
+        profiles: Callable[[str], Profile], runner: Runner, *, worker: str, device: str = "cpu",
     ) -> DrainContext:
         return cls(
-            db=db, store=store, profiles=profiles, tokenizer=tokenizer, policy=policy, worker=process_name(worker),
+            db=db, store=store, profiles=profiles, runner=runner, policy=policy, worker=process_name(worker),
             batch_size=settings.job_batch_size, lease_s=settings.job_lease_seconds,
             max_attempts=settings.job_max_attempts, device=device, delay_s=settings.drain_delay_s,
         )
@@ -123,18 +107,6 @@ class _Storer:
 
 Prepared = tuple[list[str], list[list[int]]]  # a claim's texts and their token ids
 Prepare = Callable[[jobs.Claim], Prepared]
-
-
-class _Tokenized:
-    """The tokenizer the decoder is handed for a batch the drain's tokenizer thread has already tokenized."""
-
-    def __init__(self, ids: list[list[int]]) -> None:
-        self._ids = ids
-
-    def encode_ids(self, texts: list[str]) -> list[list[int]]:
-        if len(texts) != len(self._ids):
-            raise RuntimeError("tokenized batch does not match the texts being decoded")
-        return self._ids
 
 
 class _Ahead:
@@ -205,7 +177,7 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
     or stored; its items stay claimed until their lease expires, as after a crash.
     """
     written = 0
-    profile = material = handed = decoder = dek = None
+    profile = level = dek = None
     storer = _Storer()
     ahead = _Ahead(dc, job_id)
     prepare = None
@@ -217,12 +189,9 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             try:
                 dek = jobs.job_key(dc.store.kek, first.job)  # unwrapped once per drain, not per batch
                 profile = dc.profiles(first.job.profile)
-                material = tables_for(dc.store, profile, first.job, dc.policy)
-                handed = handed_summary(material)
-                # key words expanded once per drain, not per batch
-                decoder = make_decoder(profile, material.tables, alpha=first.job.alpha,
-                                       unavailable=material.unavailable)
-                prepare = partial(_prepare, dc.store.kek, dek, dc.tokenizer(profile.tokenizer))
+                # The job's level under the policy in force now: one that tightened since fails the job (403).
+                level = dc.policy.grant(first.job.role, profile, first.job.max_level).level
+                prepare = partial(_prepare, dc.store.kek, dek, dc.runner.tokenizers(profile.tokenizer))
             except DomainError as exc:
                 return _failed(dc, job_id, exc, 0)
             ahead.submit(first, prepare)
@@ -232,18 +201,16 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
                 return DrainOutcome(written + storer.finish(), None)
             t0 = time.monotonic()
             c, prepared = ahead.queue.popleft()
-            assert profile is not None and material is not None and handed is not None
+            assert profile is not None and level is not None
             try:
                 texts, ids = prepared.result()
-                raw = decode_material(material, profile, texts, c.job.alpha, _Tokenized(ids), dc.device,
-                                      decoder if dc.device == "cpu" else None)
+                results, handed = dc.runner.run(DecodeJob(profile, tuple(texts), level, c.job.alpha, dc.device, ids))
             except DomainError as exc:
                 return _failed(dc, job_id, exc, written + storer.finish())
             del texts, ids
-            results = [shape(r, c.job.max_level) for r in raw]
             actor = Actor(c.job.owner_sub, c.job.role, c.job.jti)
-            details = [f"job={c.job.id} item={idx}" for _, idx, *_ in c.items]
-            events = audit_events(actor, [sha for *_, sha in c.items], results, details)
+            details = [f"job={c.job.id} item={it.idx}" for it in c.items]
+            events = audit_events(actor, [it.text_sha256 for it in c.items], results, details)
             if dc.delay_s:
                 time.sleep(dc.delay_s)
             written += storer.finish()  # the previous batch: stored, or its failure raised here
@@ -263,7 +230,7 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             storer.close()
         finally:
             ahead.close()
-            del material, decoder, dek, prepare
+            del dek, prepare
 
 
 def _prepare(kek, dek: bytes, tokenizer, c: jobs.Claim) -> Prepared:

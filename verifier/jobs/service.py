@@ -112,7 +112,8 @@ def open_texts(kek: KekProvider, claim: Claim, dek: bytes | None = None) -> list
     """The claim's texts; `dek`: the job's data key when the caller already unwrapped it (`job_key`)."""
     job = claim.job
     dek = dek if dek is not None else job_key(kek, job)
-    return [decrypt(dek, n, ct, _item_aad(job.id, idx), "job text").decode("utf-8") for _, idx, n, ct, _ in claim.items]
+    return [decrypt(dek, it.nonce, it.ciphertext, _item_aad(job.id, it.idx), "job text").decode("utf-8")
+            for it in claim.items]
 
 
 def claim(db: Database, job_id: str, worker: str, n: int, lease_s: float, start_idx: int = 0) -> Claim | None:
@@ -152,11 +153,11 @@ def complete(
 
     Returns the number of items written (0 when another worker took them over after our lease expired).
     """
-    rows = [(it[0], json.dumps(res, sort_keys=True)) for it, res in zip(claim.items, results, strict=True)]
+    rows = [(it.id, json.dumps(res, sort_keys=True)) for it, res in zip(claim.items, results, strict=True)]
     now = time.time()
     with db.session() as s:
         stored = set(repo.store_results(s, claim.token, rows, now))  # one statement per batch, not per item
-        written_events = [ev for it, ev in zip(claim.items, events, strict=True) if it[0] in stored]
+        written_events = [ev for it, ev in zip(claim.items, events, strict=True) if it.id in stored]
         if written_events:
             append(s, written_events)  # fail closed: no audit row, no stored result
         n = len(written_events)
@@ -221,24 +222,11 @@ def _iso(ts: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def job_view(db: Database, job_id: str) -> tuple[JobInfo, dict] | None:
-    """(job, status document); results (in input order, as stored: already shaped) once the job is done."""
-    with db.session() as s:
-        job = s.get(JobRow, job_id)
-        if job is None:
-            return None
-        results = [json.loads(r) for r in repo.results_in_order(s, job_id)] if job.status == "done" else None  # type: ignore[arg-type]
-        doc: dict = {
-            "job_id": job.id,
-            "status": job.status,
-            "progress": {"total": job.total, "done": job.done},
-            "max_level": job.max_level,
-            "created_at": _iso(job.created_at),
-            "updated_at": _iso(job.updated_at),
-            "error": job.error,
-            "results": results,
-        }
-        return JobInfo.of(job), doc
+def status_doc(job: JobRow) -> dict:
+    """Where a job stands (`JobState`): the one mapping from a job row to what every view of it shows."""
+    return {"job_id": job.id, "status": job.status, "progress": {"total": job.total, "done": job.done},
+            "max_level": job.max_level, "created_at": _iso(job.created_at), "updated_at": _iso(job.updated_at),
+            "error": job.error}
 
 
 def keys_handed(db: Database, job_id: str) -> dict[int, list[str]]:
@@ -262,12 +250,7 @@ def list_jobs(db: Database, reader: Principal, limit: int, offset: int = 0) -> l
     owner = None if "jobs.read_all" in reader.actions else (reader.iss, reader.sub, reader.role)
     with db.session() as s:
         rows = repo.list_jobs(s, owner, reader.max_level, limit, offset)
-        return [
-            {"job_id": j.id, "status": j.status, "progress": {"total": j.total, "done": j.done},
-             "max_level": j.max_level, "created_at": _iso(j.created_at), "updated_at": _iso(j.updated_at),
-             "error": j.error, "subject": j.owner_sub, "role": j.role}
-            for j in rows
-        ]
+        return [{**status_doc(j), "subject": j.owner_sub, "role": j.role} for j in rows]
 
 
 def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval_s: float = 0.0) -> dict | None:
@@ -284,14 +267,10 @@ def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval
         job = s.get(JobRow, job_id)
         assert job is not None
         results = [json.loads(r) for r in repo.results_in_order(s, job_id)] if job.status == "done" else None  # type: ignore[arg-type]
-        doc: dict = {
-            "job_id": job.id, "status": job.status, "progress": {"total": job.total, "done": job.done},
-            "max_level": job.max_level, "created_at": _iso(job.created_at), "updated_at": _iso(job.updated_at),
-            "error": job.error, "results": results, "receipt": None,
-        }
+        doc: dict = {**status_doc(job), "results": results, "receipt": None}
         if results is not None:
-            event = AuditEvent("jobs.read", reader.sub, reader.role, reader.jti, list(range(1, job.max_level + 1)),
-                               None, None, "ok", f"job {job_id}: {len(results)} results")
+            event = AuditEvent.of(reader.actor, "jobs.read", range(1, job.max_level + 1),
+                                  detail=f"job {job_id}: {len(results)} results")
             rows = append_or_fail(s, [event])
             if signer is not None:
                 try:

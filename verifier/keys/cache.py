@@ -1,10 +1,10 @@
 """Decrypted verification material kept in memory, per profile and level, checked against the key epoch.
 
 Decrypting the key rows and re-deriving a 4096-entry spec v2 table costs ~30 ms; doing it per request
-caps the service far below the kernel. `MaterialCache.get(profile, max_level)` reads the profile's key
+caps the service far below the kernel. `MaterialCache.get(profile, level)` reads the profile's key
 epoch (one indexed row, `hero_key_epochs`) and reuses the entry made at that epoch; every key change
 (init, rotate, disable, enable, destroy) bumps the epoch in its own transaction, so the next call in any
-process sees it. Entries are per top level: a moderator's entry (level 1) is built from level-1 rows only
+process sees it. Entries are per granted level: a moderator's entry (level 1) is built from level-1 rows only
 and never shares an object with an auditor's, so least privilege holds as without the cache.
 
 Key material never appears in a repr, a log line or an exception; `clear()` drops it (shutdown).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.engine.profile import Profile
@@ -28,15 +28,17 @@ Prepare = Callable[[Profile, VerificationMaterial], Any]
 
 @dataclass(frozen=True, repr=False)
 class CachedMaterial:
-    """Material of levels 1..top at one key epoch, plus what `prepare` made of it (e.g. a decoder)."""
+    """Material of levels 1..level at one key epoch, plus what `prepare` made of it (e.g. a decoder) and what
+    the runner made of it for other devices or alphas (`variants`, dropped with the entry)."""
 
     epoch: int
-    top: int
+    level: int
     material: VerificationMaterial
     prepared: Any = None
+    variants: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        return f"CachedMaterial(epoch={self.epoch}, top={self.top})"
+        return f"CachedMaterial(epoch={self.epoch}, level={self.level})"
 
     __str__ = __repr__
 
@@ -59,10 +61,9 @@ class MaterialCache:
     def epoch(self, profile: Profile) -> int:
         return repo.current_epoch(self.store.db, profile.name)
 
-    def get(self, profile: Profile, max_level: int) -> CachedMaterial:
-        """Material of levels 1..min(max_level, depth), current as of the epoch read now."""
-        top = max(0, min(int(max_level), profile.depth))
-        key = (profile.name, top)
+    def get(self, profile: Profile, level: int) -> CachedMaterial:
+        """Material of levels 1..level (a granted level), current as of the epoch read now."""
+        key = (profile.name, level)
         epoch = self.epoch(profile)
         hit = self._entries.get(key)
         if hit is not None and hit.epoch == epoch:
@@ -73,9 +74,9 @@ class MaterialCache:
                 return hit
             # Rows are read after the epoch: the material is at least as new as `epoch` (a change committed
             # in between bumps the epoch again, so the next call rebuilds).
-            material = self.store.verification_material(profile, top)
+            material = self.store.verification_material(profile, level)
             prepared = self.prepare(profile, material) if self.prepare is not None else None
-            entry = CachedMaterial(epoch, top, material, prepared)
+            entry = CachedMaterial(epoch, level, material, prepared)
             with self._lock:
                 cur = self._entries.get(key)
                 if cur is None or cur.epoch <= epoch:

@@ -2,7 +2,7 @@
 
 Only master secrets (32 bytes) are stored, sealed with AES-GCM under a per-row data key that the KEK
 provider wraps; key tables are re-derived with `derive_level_table` after decryption. Decryption is limited
-to the levels a caller may use (`verification_material(profile, max_level)` never reads higher rows).
+to the levels a caller may use (`verification_material(profile, level)` never reads higher rows).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class DbKeyStore:
     # -- administration (each change and its audit event commit in one transaction) -------------
     def _audit(self, s: Session, actor: Actor | None, action: str, level: int | None, version: str | None) -> None:
         if actor is not None:
-            event = AuditEvent(action, actor.subject, actor.role, actor.jti, [level] if level else [], version)
+            event = AuditEvent.of(actor, action, [level] if level else [], version)
             append_or_fail(s, [event])
 
     def _add_version(self, s: Session, profile: Profile, level: int, now: datetime) -> KeyVersionRow:
@@ -186,23 +186,18 @@ class DbKeyStore:
             tables.append(self._table(profile, active[-1]))
         return KeySet(tuple(tables))
 
-    def verification_tables(self, profile: Profile, max_level: int) -> dict[int, list[KeyTable]]:
-        mat = self.verification_material(profile, max_level)
-        if 1 not in mat.tables:
-            raise KeyStoreError(f"no level-1 keys for profile {profile.name!r}; run 'hero keys init'")
-        return mat.tables
-
     # -- decoding --------------------------------------------------------------------------------
-    def verification_material(self, profile: Profile, max_level: int) -> VerificationMaterial:
-        """Decrypts only versions of levels 1..min(max_level, depth) that may decode."""
-        top = max(0, min(int(max_level), profile.depth))
+    def verification_material(self, profile: Profile, level: int) -> VerificationMaterial:
+        """Decrypts only versions of levels 1..level (a granted level) that may decode."""
+        if not 1 <= level <= profile.depth:
+            raise ValueError(f"level {level} outside 1..{profile.depth} (grant levels with Policy.grant)")
         with self.db.session() as s:
-            rows = repo.list_versions(s, profile.name, max_level=top)
-        if top >= 1 and not any(r.level == 1 for r in rows):
+            rows = repo.list_versions(s, profile.name, max_level=level)
+        if not any(r.level == 1 for r in rows):
             raise KeyStoreError(
                 f"no keys for profile {profile.name!r} yet; run 'hero keys init' or POST /v1/keys/init"
             )
-        plan = decodable_versions(rows, top)
+        plan = decodable_versions(rows, level)
         tables = {lv: [self._table(profile, r) for r in usable] for lv, usable in plan.usable.items()}
         return VerificationMaterial(tables, plan.unavailable, plan.missing, plan.not_tried)
 
@@ -269,8 +264,8 @@ class DbKeyStore:
         n = 0
         with self.db.session() as s:
             if actor is not None:
-                append_or_fail(s, [AuditEvent("kek.rotate", actor.subject, actor.role, actor.jti, [], None, None,
-                                              "ok", f"new KEK {new_kek or self.kek.current_id()}")])
+                detail = f"new KEK {new_kek or self.kek.current_id()}"
+                append_or_fail(s, [AuditEvent.of(actor, "kek.rotate", detail=detail)])
             current = self.kek.current_id()
             for row in repo.all_sealed(s):
                 if row.kek_id == current:
@@ -307,8 +302,7 @@ class DbKeyStore:
                         sealed.kek_id, sealed.wrapped_dek, sealed.nonce, sealed.ciphertext)
                 row.profile = target.name
             if actor is not None:
-                append_or_fail(s, [AuditEvent("keys.move_profile", actor.subject, actor.role, actor.jti, [], None,
-                                              None, "ok", f"{source} -> {target.name}")])
+                append_or_fail(s, [AuditEvent.of(actor, "keys.move_profile", detail=f"{source} -> {target.name}")])
         log.info("key profile moved", extra={"profile": target.name, "source": source})
         return rows
 

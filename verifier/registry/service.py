@@ -65,7 +65,7 @@ def provider_meta(row: ProviderRow) -> dict[str, object]:
 
 
 def _event(actor: Actor, action: str, detail: str, levels=(), key_version: str | None = None) -> AuditEvent:
-    return AuditEvent(action, actor.subject, actor.role, actor.jti, list(levels), key_version, None, "ok", detail)
+    return AuditEvent.of(actor, action, levels, key_version, detail=detail)
 
 
 def register(

@@ -19,11 +19,8 @@ def token_evidence(runner, db: Database, profile: Profile, text: str, actor: Act
                    interval_s: float) -> dict:
     result, tokens = runner.token_evidence(profile, text)
     lv1 = result["levels"][0]
-    event = AuditEvent(
-        action="verify.evidence", subject=actor.subject, role=actor.role, jti=actor.jti, levels=[1],
-        key_version=lv1["key_version"], text_sha256=text_digest(text), outcome=outcome(result),
-        detail=f"{len(tokens)} tokens",
-    )
+    event = AuditEvent.of(actor, "verify.evidence", [1], lv1["key_version"], text_digest(text), outcome(result),
+                          f"{len(tokens)} tokens")
     receipt = record_with_receipts(db, [event], signer, interval_s)[0]
     return {
         "watermarked": lv1["p_value"] <= runner.alpha if lv1["p_value"] is not None else False,

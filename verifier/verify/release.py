@@ -1,7 +1,7 @@
 """What a caller may see, and what is recorded about it: one module for /v1/verify and decode jobs alike.
 
-- input checks (`requested_level`, `check_texts`, `charge_quota`): the level a role may ask for, text
-  limits, and the caller's quotas;
+- input checks (`check_texts`, `charge_quota`): text limits and the caller's quotas (the level is granted by
+  `Policy.grant`, verifier.auth.policy);
 - `shape`: a decoder result as released. It copies the decoder's result through (whatever keys the
   engine reports: status, reason, fields, and any it adds later) except the bulky per-bit and
   per-segment diagnostics, and never copies a level above the caller's maximum: role filtering holds
@@ -17,18 +17,10 @@ from collections.abc import Sequence
 from verifier.audit.service import Actor, AuditEvent
 from verifier.auth.policy import Policy
 from verifier.auth.principal import Principal
-from verifier.errors import Forbidden, InvalidInput, TooLarge
+from verifier.errors import InvalidInput, TooLarge
 from verifier.ratelimit import RateLimiter
 
 DIAGNOSTICS = frozenset({"bit_confidence", "segment_tokens", "undecoded_segments"})
-
-
-def requested_level(principal: Principal, requested: int | None) -> int:
-    """The level to decode: the role's maximum by default; more than that is 403."""
-    level = principal.max_level if requested is None else requested
-    if level > principal.max_level:
-        raise Forbidden(f"level {level} not allowed for role {principal.role!r} (maximum {principal.max_level})")
-    return level
 
 
 def charge_quota(limiter: RateLimiter, policy: Policy, principal: Principal, n: int) -> None:
@@ -70,10 +62,10 @@ def _public(d: dict) -> dict:
     return {k: _copy(v) for k, v in d.items() if k not in DIAGNOSTICS and k != "levels"}
 
 
-def shape(result: dict, max_level: int) -> dict:
-    """One decoder result as a caller with maximum level `max_level` may see it."""
+def shape(result: dict, level: int) -> dict:
+    """One decoder result as a caller granted levels 1..`level` may see it."""
     out = _public(result)
-    out["levels"] = [_public(lv) for lv in result["levels"] if lv["level"] <= max_level]
+    out["levels"] = [_public(lv) for lv in result["levels"] if lv["level"] <= level]
     return out
 
 
@@ -86,21 +78,17 @@ def outcome(result: dict) -> str:
 
 
 def audit_events(
-    actor: Actor, digests: Sequence[str], results: Sequence[dict], details: Sequence[str | None] | None = None
+    actor: Actor, digests: Sequence[str], results: Sequence[dict], details: Sequence[str | None] | None = None,
+    action: str = "verify",
 ) -> list[AuditEvent]:
-    """One `verify` event per released result: levels and key versions disclosed, text digest, outcome."""
+    """One event per released result (`verify`; `decode` for `hero decode`): levels and key versions disclosed,
+    text digest, outcome."""
     details = details if details is not None else [None] * len(results)
     return [
-        AuditEvent(
-            action="verify",
-            subject=actor.subject,
-            role=actor.role,
-            jti=actor.jti,
-            levels=[lv["level"] for lv in r["levels"]],
-            key_version=",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in r["levels"]) or None,
-            text_sha256=digest,
-            outcome=outcome(r),
-            detail=detail,
+        AuditEvent.of(
+            actor, action, [lv["level"] for lv in r["levels"]],
+            ",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in r["levels"]) or None, digest, outcome(r),
+            detail,
         )
         for digest, r, detail in zip(digests, results, details, strict=True)
     ]

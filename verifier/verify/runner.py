@@ -1,55 +1,87 @@
-"""The synchronous decode path of POST /v1/verify: a job object and the runner that decodes it in process.
+"""The one decode path: /v1/verify, decode jobs (in process and on Celery workers, CPU or CUDA) and `hero decode`.
 
-A `DecodeJob` carries no key material: the loaded profile, the texts, the caller's maximum level and
-alpha. The runner decrypts the key tables of levels 1..max_level only, so least privilege holds.
+Each caller hands `Runner.run` a `DecodeJob`: the loaded profile, the texts, the level already granted by
+`Policy.grant` (verifier.auth.policy), alpha and the device; no key material. The runner takes the material of
+levels 1..level from its `MaterialCache` (checked against the key epoch on every call), decodes with the
+decoder prepared on it (one per device and alpha), lets the engine make every level verdict (missing and
+unavailable versions included) and shapes each result as released. It decrypts nothing above the grant, so
+least privilege holds, and spec or scoring changes are made here once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+import threading
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 from verifier.engine.availability import make_decoder
 from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder
 from verifier.engine.profile import Profile
-from verifier.keys.cache import MaterialCache
+from verifier.keys.cache import CachedMaterial, MaterialCache
 from verifier.keys.decodable import VerificationMaterial
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
 from verifier.verify.decode import TextNotDecodable, decode_material
+from verifier.verify.release import shape
 
 
 @dataclass(frozen=True)
 class DecodeJob:
     profile: Profile
     texts: tuple[str, ...]
-    max_level: int
+    level: int  # granted (Policy.grant): levels 1..level are decoded and released
     alpha: float
+    device: str = "cpu"
+    token_ids: list[list[int]] | None = field(default=None, compare=False)  # tokenized already (the job drain)
 
     def __repr__(self) -> str:  # texts may be sensitive: never log them
-        return f"DecodeJob(profile={self.profile.name!r}, texts={len(self.texts)}, max_level={self.max_level})"
+        return f"DecodeJob(profile={self.profile.name!r}, texts={len(self.texts)}, level={self.level})"
+
+
+class Decoded(NamedTuple):
+    results: list[dict]  # shaped as released, in input order
+    handed: dict[int, list[str]]  # the key versions the decoder was handed, per level (never bytes)
 
 
 class DecodeRunner(Protocol):
+    alpha: float
+
     def decode(self, job: DecodeJob) -> list[dict]:
-        """Decoder results (`DecodeResult.to_dict()`), unshaped; raises the service's domain errors."""
+        """Released results (`Runner.run(job).results`); raises the service's domain errors."""
         ...
 
     def token_evidence(self, profile: Profile, text: str) -> tuple[dict, list[tuple[int, int, float]]]:
-        """Level-1 result of one text and its per-token evidence (see `InProcessRunner.token_evidence`)."""
+        """Level-1 result of one text and its per-token evidence (see `Runner.token_evidence`)."""
         ...
 
     def close(self) -> None: ...
 
 
-class InProcessRunner:
-    """Decodes in the calling thread, with the verification material (and the decoder built on it) kept
-    per profile and level in a `MaterialCache` checked against the key epoch on every call."""
+class _Tokenized:
+    """The tokenizer handed to the decoder for texts the caller has already tokenized."""
+
+    def __init__(self, ids: list[list[int]]) -> None:
+        self._ids = ids
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        if len(texts) != len(self._ids):
+            raise RuntimeError("tokenized batch does not match the texts being decoded")
+        return self._ids
+
+
+def handed_summary(material: VerificationMaterial) -> dict[int, list[str]]:
+    return {lv: sorted(t.version for t in ts) for lv, ts in material.tables.items()}
+
+
+class Runner:
+    """One per process (built by verifier.process). Material and decoders are kept per profile and level in a
+    `MaterialCache`; a decoder for another device or alpha than the default is built once per cache entry."""
 
     def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA) -> None:
         self.store = store
         self.tokenizers = tokenizers
         self.alpha = alpha
+        self._lock = threading.Lock()
 
         def prepare(profile: Profile, material: VerificationMaterial) -> Decoder | None:
             return make_decoder(profile, material.tables, alpha=self.alpha, unavailable=material.unavailable)
@@ -57,13 +89,31 @@ class InProcessRunner:
         self.cache = MaterialCache(store, prepare)
 
     def __repr__(self) -> str:
-        return f"InProcessRunner({self.cache!r})"
+        return f"Runner({self.cache!r})"
+
+    def _decoder(self, entry: CachedMaterial, profile: Profile, device: str, alpha: float) -> Decoder | None:
+        if device == "cpu" and alpha == self.alpha:
+            return entry.prepared
+        with self._lock:
+            key = (device, alpha)
+            if key not in entry.variants:
+                mat = entry.material
+                entry.variants[key] = make_decoder(profile, mat.tables, alpha=alpha, unavailable=mat.unavailable,
+                                                   device=device)
+            return entry.variants[key]
+
+    def run(self, job: DecodeJob) -> Decoded:
+        """The one decode function: granted level in, released results (and what was handed) out."""
+        entry = self.cache.get(job.profile, job.level)  # levels 1..job.level only
+        tokenizer = (_Tokenized(job.token_ids) if job.token_ids is not None
+                     else self.tokenizers(job.profile.tokenizer))
+        decoder = self._decoder(entry, job.profile, job.device, job.alpha)
+        raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, job.device,
+                              decoder)
+        return Decoded([shape(r, job.level) for r in raw], handed_summary(entry.material))
 
     def decode(self, job: DecodeJob) -> list[dict]:
-        entry = self.cache.get(job.profile, job.max_level)  # levels <= max_level only
-        tokenizer = self.tokenizers(job.profile.tokenizer)
-        decoder = entry.prepared if job.alpha == self.alpha else None
-        return decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, decoder=decoder)
+        return self.run(job).results
 
     def token_evidence(self, profile: Profile, text: str) -> tuple[dict, list[tuple[int, int, float]]]:
         """Level-1 decode of one text and, when its value is released, each scored token's evidence for it as
@@ -81,5 +131,5 @@ class InProcessRunner:
         return result.to_dict(), [(int(offsets[p][0]), int(offsets[p][1]), score) for p, score in evidence]
 
     def close(self) -> None:
-        self.cache.clear()  # decrypted material does not outlive the service
+        self.cache.clear()  # decrypted material does not outlive the process
         self.tokenizers.clear()

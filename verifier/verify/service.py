@@ -1,4 +1,4 @@
-"""Verification: decode through the runner, append the audit events, then release the shaped results.
+"""Verification: decode through the runner (results come back shaped), append the audit events, then release.
 
 `verify_batch` serves several callers at once (the micro-batcher, verifier.verify.batcher): one runner
 call (one tokenizer call, one kernel batch) per level group, and every caller's audit events in ONE
@@ -13,12 +13,13 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from verifier.audit.service import Actor, record, record_with_receipts, text_digest
 from verifier.audit.signer import LogSigner
 from verifier.db import Database
 from verifier.metrics import DISCLOSURES, VERIFY_SECONDS, VERIFY_TEXTS
-from verifier.verify.release import audit_events, shape
+from verifier.verify.release import audit_events
 from verifier.verify.runner import DecodeJob, DecodeRunner
 
 
@@ -36,20 +37,36 @@ class VerifyRequest:
 Outcome = list[dict] | BaseException
 
 
+class Serving(Protocol):
+    runner: DecodeRunner
+    db: Database
+    signer: LogSigner
+
+
+def batch_worker(serving: Serving, interval_s: float):
+    """The micro-batcher's work function (verifier.verify.batcher): `verify_batch` on the runner, database and
+    signer `serving` holds when each batch runs (the API context: a test may swap its runner)."""
+
+    def process(requests: Sequence[VerifyRequest]) -> list[Outcome]:
+        return verify_batch(serving.runner, serving.db, requests, serving.signer, interval_s)
+
+    return process
+
+
 def _decode_groups(runner: DecodeRunner, requests: Sequence[VerifyRequest]) -> list[list[dict] | BaseException]:
-    """Raw decoder results per request: one runner call per (profile, level, alpha) group.
+    """Released results per request: one runner call per (profile, level, alpha, device) group.
 
     A group whose combined call fails is retried request by request, so one caller's bad input (or a
     failure only some requests hit) is that caller's error alone."""
     out: list[list[dict] | BaseException | None] = [None] * len(requests)
     groups: dict[tuple[int, int, float], list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((id(r.job.profile), r.job.max_level, r.job.alpha), []).append(i)
+        groups.setdefault((id(r.job.profile), r.job.level, r.job.alpha, r.job.device), []).append(i)
     for idxs in groups.values():
         first = requests[idxs[0]].job
         texts = tuple(t for i in idxs for t in requests[i].job.texts)
         try:
-            raw = runner.decode(DecodeJob(first.profile, texts, first.max_level, first.alpha))
+            raw = runner.decode(DecodeJob(first.profile, texts, first.level, first.alpha, first.device))
         except Exception as exc:
             if len(idxs) == 1:
                 out[idxs[0]] = exc
@@ -75,15 +92,14 @@ def verify_batch(
     """Per request, its released results or the exception it must raise. Audit first (one transaction for
     the whole batch): no audit row, no answer."""
     t0 = time.perf_counter()
-    raws = _decode_groups(runner, requests)
+    decoded = _decode_groups(runner, requests)
     VERIFY_SECONDS.observe(time.perf_counter() - t0)
     outcomes: list[Outcome] = []
     events = []
-    for req, raw in zip(requests, raws, strict=True):
-        if isinstance(raw, BaseException):
-            outcomes.append(raw)
+    for req, results in zip(requests, decoded, strict=True):
+        if isinstance(results, BaseException):
+            outcomes.append(results)
             continue
-        results = [shape(r, req.job.max_level) for r in raw]
         events.extend(audit_events(req.actor, [text_digest(t) for t in req.job.texts], results))
         outcomes.append(results)
     if not events:
@@ -102,7 +118,7 @@ def verify_batch(
         if receipts is not None:
             for result in o:
                 result["receipt"] = next(receipts)
-        DISCLOSURES.labels(req.actor.role, str(req.job.max_level)).inc(len(o))
+        DISCLOSURES.labels(req.actor.role, str(req.job.level)).inc(len(o))
     for name, n in Counter(e.outcome for e in events).items():  # one labels() lookup per outcome, not per text
         VERIFY_TEXTS.labels(name).inc(n)
     return outcomes

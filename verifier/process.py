@@ -1,0 +1,117 @@
+"""One builder for every process: the API, a Celery worker and the CLI.
+
+Settings are read once per process (`verifier.settings.get_settings`, or the CLI's per-command copy) and
+handed in; from them `build_process` makes the database (one way: migrated when embedded, with
+`sqlite_synchronous`), the key store, the role policy, the profiles, the tokenizer cache and the one decode
+runner. The API adds its own parts on top (verifier.api.context), a worker its drain context (`drain_context`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from verifier.auth.policy import Policy, load_policy
+from verifier.db import Database, check_schema, upgrade
+from verifier.engine.profile import Profile, resolve_profile
+from verifier.jobs.drain import DrainContext
+from verifier.keys.kek import make_kek_provider
+from verifier.keys.service import DbKeyStore
+from verifier.lm import TokenizerCache
+from verifier.secretfile import private_dir
+from verifier.settings import Settings
+from verifier.verify.runner import Runner
+
+
+def open_database(settings: Settings, *, check: bool = False) -> Database:
+    """The service database; SQLite (embedded default) is migrated on open, others must be at head (`check`:
+    one line, "run `hero db upgrade`", instead of a traceback on an un-migrated database)."""
+    private_dir(settings.home)
+    if settings.should_auto_migrate:
+        upgrade(settings.db_url)
+    db = Database(settings.db_url, settings.sqlite_synchronous)
+    if check:
+        check_schema(db)
+    return db
+
+
+def open_store(settings: Settings, db: Database | None = None) -> DbKeyStore:
+    """The service's encrypted key store (the same database and KEK in every process)."""
+    return DbKeyStore(db or open_database(settings, check=True), make_kek_provider(settings))
+
+
+def profile_lookup(*known: Profile) -> Callable[[str], Profile]:
+    """Profile by the name stored on a job row: the loaded ones as they are, others read once per process."""
+    cache = {p.name: p for p in known}
+    lock = threading.Lock()
+
+    def get(name: str) -> Profile:
+        with lock:
+            if name not in cache:
+                cache[name] = resolve_profile(name)
+            return cache[name]
+
+    return get
+
+
+def pick_device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class Process:
+    settings: Settings
+    db: Database
+    store: DbKeyStore
+    policy: Policy
+    profile: Profile  # the profile this process serves (HERO_PROFILE); jobs name theirs (`profiles`)
+    profiles: Callable[[str], Profile]
+    tokenizers: TokenizerCache
+    runner: Runner
+
+    def __repr__(self) -> str:
+        return f"Process(profile={self.profile.name!r}, db={self.db.dialect})"
+
+    def drain_context(self, worker: str, device: str = "cpu") -> DrainContext:
+        return DrainContext.from_settings(self.settings, self.db, self.store, self.policy, self.profiles,
+                                          self.runner, worker=worker, device=pick_device(device))
+
+    def close(self) -> None:
+        self.runner.close()
+        self.db.dispose()
+
+
+def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] | None = None,
+                  check: bool = False) -> Process:
+    db = open_database(settings, check=check)
+    store = open_store(settings, db)
+    profile = resolve_profile(settings.profile)
+    tokenizers = TokenizerCache(tokenizer_loader)
+    return Process(settings=settings, db=db, store=store, policy=load_policy(settings.roles_file), profile=profile,
+                   profiles=profile_lookup(profile), tokenizers=tokenizers,
+                   runner=Runner(store, tokenizers, settings.alpha))
+
+
+class ProcessLocal:
+    """One Process per OS process (Celery workers): a forked child builds its own, lazily on its first task
+    (engines and locks do not survive fork)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._process: Process | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Process:
+        with self._lock:
+            if self._process is None or self._pid != os.getpid():
+                self._process = build_process(self.settings)
+                self._pid = os.getpid()
+            return self._process

@@ -19,7 +19,7 @@ from pathlib import Path
 from _common import emit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from verifier.audit import merkle as tlog
+from verifier.audit import merkle
 from verifier.audit.service import AuditEvent, append, record
 from verifier.audit.signer import LogSigner
 from verifier.audit.transparency import verify_receipt
@@ -59,7 +59,7 @@ def main() -> None:
         t0 = time.perf_counter()
         with db.session() as s:
             rows = append(s, _events(1, a.events + i))
-            (receipt,) = tlog.receipts(s, signer, rows, 0)
+            (receipt,) = merkle.receipts(s, signer, rows, 0)
         lat.append(time.perf_counter() - t0)
     verify_receipt(receipt, signer.vkey)
     emit({"what": "append+receipt", "tree_size": a.events + 200, "median_ms": round(statistics.median(lat) * 1e3, 2),

@@ -67,16 +67,16 @@ def test_serve_logs_the_warning(tmp_path, monkeypatch):
     import uvicorn
 
     from verifier import logs
-    from verifier.cli import serve_workers, service
+    from verifier.cli import serve, serve_workers
 
     calls, warnings = {}, []
     monkeypatch.setattr(uvicorn, "run", lambda target, **kw: pytest.fail("one worker's uvicorn.run"))
     monkeypatch.setattr(serve_workers, "run_workers", lambda target, **kw: calls.update(kw, target=target))
     monkeypatch.setattr(logs, "configure_logging", lambda level: None)  # global handlers stay as the suite set them
-    monkeypatch.setattr(service.log, "warning", lambda msg, *a, **kw: warnings.append(msg))
+    monkeypatch.setattr(serve.log, "warning", lambda msg, *a, **kw: warnings.append(msg))
     settings = _settings(tmp_path, LIMITS)
     args = argparse.Namespace(workers=2, host=None, port=None, hero_settings=settings)
-    service.cmd_serve(args)
+    serve.cmd_serve(args)
     assert calls["workers"] == 2 and calls["factory"] is True and calls["target"] == "verifier.app:app_from_env"
     assert any("up to 2x its configured quota" in w for w in warnings)
 
@@ -88,7 +88,7 @@ def test_serve_computes_in_calling_threads_only_with_several_workers(tmp_path, m
     import uvicorn
 
     from verifier import app, logs
-    from verifier.cli import serve_workers, service
+    from verifier.cli import serve, serve_workers
 
     for name in (TOKENIZERS_PARALLELISM, OMP_NUM_THREADS):
         monkeypatch.setenv(name, "unset-below")
@@ -101,6 +101,6 @@ def test_serve_computes_in_calling_threads_only_with_several_workers(tmp_path, m
     monkeypatch.setattr(app, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(ctx=ctx)))
     monkeypatch.setattr(app, "freeze_startup_heap", lambda: None)
     settings = _settings(tmp_path, NO_LIMITS)
-    service.cmd_serve(argparse.Namespace(workers=workers, host=None, port=None, hero_settings=settings))
+    serve.cmd_serve(argparse.Namespace(workers=workers, host=None, port=None, hero_settings=settings))
     assert (os.environ.get(TOKENIZERS_PARALLELISM) == "false") is serial
     assert (os.environ.get(OMP_NUM_THREADS) == "1") is serial  # the kernel and torch: one thread per worker

@@ -12,7 +12,7 @@ import random
 import pytest
 from sqlalchemy import text
 
-from verifier.audit import merkle as tlog
+from verifier.audit import merkle
 from verifier.audit.chain import GENESIS, compute_hash, row_fields
 from verifier.audit.models import AuditEventRow
 from verifier.audit.service import AuditEvent, AuditUnavailable, record_with_receipts
@@ -74,12 +74,12 @@ def test_appends_store_and_prove_exactly_what_the_definitions_give(db_url, hero_
     try:
         for b, size in enumerate(SIZES):
             if b == 5:  # a failed append: rolled back, leaving nothing in the log or the node memory
-                monkeypatch.setattr(tlog, "checkpoint", _boom)
+                monkeypatch.setattr(merkle, "checkpoint", _boom)
                 with pytest.raises(AuditUnavailable):
                     record_with_receipts(db, [_event(rng) for _ in range(9)], signer, interval_s)
                 monkeypatch.undo()
             if b % 4 == 3:
-                tlog._SHARED.clear()  # as if the earlier appends had been made by another process
+                merkle._SHARED.clear()  # as if the earlier appends had been made by another process
             events = [_event(rng) for _ in range(size)]
             receipts = record_with_receipts(db, events, signer, interval_s)
             rows = _stored(db, tree.size)

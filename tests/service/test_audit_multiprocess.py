@@ -14,7 +14,7 @@ import time
 
 from sqlalchemy import event
 
-from verifier.audit import merkle as tlog
+from verifier.audit import merkle
 from verifier.audit.service import AuditEvent, record_with_receipts, text_digest, verify_chain
 from verifier.audit.signer import signer_from_settings
 from verifier.audit.transparency import MemoryTree, TreeView, leaf_hash, verify_receipt
@@ -120,7 +120,7 @@ def test_an_append_after_another_process_reads_the_older_tree_in_one_query(db_ur
 
     try:
         for batch in range(6):
-            tlog._SHARED.clear()  # as if every earlier append had been made by another process
+            merkle._SHARED.clear()  # as if every earlier append had been made by another process
             texts = [f"t-{batch}-{i}" for i in range(5 + batch)]
             events = [AuditEvent(action="verify", subject="s", role="moderator", jti="j", levels=[1],
                                  text_sha256=text_digest(t), outcome="not-watermarked") for t in texts]

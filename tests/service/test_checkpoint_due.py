@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import event, select
 
-from verifier.audit import merkle as tlog
+from verifier.audit import merkle
 from verifier.audit.models import CheckpointRow
 from verifier.audit.service import AuditEvent, AuditUnavailable, record_with_receipts, text_digest, verify_chain
 from verifier.audit.signer import signer_from_settings
@@ -30,7 +30,7 @@ def log(db_url, hero_home, monkeypatch):
     db = Database(db_url)
     signer = signer_from_settings(Settings(home=hero_home, database_url=db_url))
     clock = [1_000_000.0]
-    monkeypatch.setattr(tlog.time, "time", lambda: clock[0])
+    monkeypatch.setattr(merkle.time, "time", lambda: clock[0])
     reads: list[str] = []
 
     def count(conn, cursor, statement, *args):
@@ -70,18 +70,18 @@ def test_no_checkpoint_read_while_none_is_due_and_one_stored_once_due(log):
 
 def test_a_checkpoint_stored_by_a_rolled_back_append_is_not_remembered(log, monkeypatch):
     db, signer, clock, reads, append, stored = log
-    real_store = tlog.store
+    real_store = merkle.store
 
     def store_then_fail(*args, **kwargs):
         real_store(*args, **kwargs)
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(tlog, "store", store_then_fail)
+    monkeypatch.setattr(merkle, "store", store_then_fail)
     _, events = _events("x")
     with pytest.raises(AuditUnavailable):
         record_with_receipts(db, events, signer, INTERVAL)
     assert stored() == []
-    monkeypatch.setattr(tlog, "store", real_store)
+    monkeypatch.setattr(merkle, "store", real_store)
     reads.clear()
     clock[0] += 10
     append("y")  # the rolled-back checkpoint left no memory: read, and stored now

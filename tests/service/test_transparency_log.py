@@ -110,7 +110,7 @@ def test_tail_rewritten_with_recomputed_hashes_is_detected(svc, tmp_path, monkey
 
 def test_fork_two_signed_histories_is_detected(svc, tmp_path, monkeypatch, capsys):
     """The operator (holding the signing key) re-signs a different history of events that were published."""
-    from verifier.audit import merkle as tlog
+    from verifier.audit import merkle
     from verifier.audit.models import AuditEventRow
     from verifier.audit.service import compute_hash, row_fields
 
@@ -124,8 +124,8 @@ def test_fork_two_signed_histories_is_detected(svc, tmp_path, monkeypatch, capsy
         s.execute(text("DELETE FROM hero_audit_checkpoints"))
         s.flush()
         rows = list(s.query(AuditEventRow).order_by(AuditEventRow.idx))
-        tlog.extend(s, rows)
-        tlog.store(s, svc.ctx.signer, 4)
+        merkle.extend(s, rows)
+        merkle.store(s, svc.ctx.signer, 4)
     rc, line = _against(svc, tmp_path, monkeypatch, capsys, note)
     assert rc == 1 and "forked" in line
 

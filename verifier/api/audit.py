@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx
 from verifier.api.dependencies import AuditReader, VerifyCaller
-from verifier.audit import merkle as tlog
+from verifier.audit import merkle
 from verifier.audit.service import list_events, verify_chain
 from verifier.errors import InvalidInput, NotFound
 
@@ -111,7 +111,7 @@ def verify(ctx: Ctx, p: AuditReader) -> dict:
     summary="The newest signed checkpoint (C2SP tlog-checkpoint, signed note), covering every event",
 )
 def checkpoint(ctx: Ctx, p: VerifyCaller) -> PlainTextResponse:
-    _, note = tlog.current_checkpoint(ctx.db, ctx.signer, ctx.settings.checkpoint_interval_seconds)
+    _, note = merkle.current_checkpoint(ctx.db, ctx.signer, ctx.settings.checkpoint_interval_seconds)
     return PlainTextResponse(note)
 
 
@@ -131,7 +131,7 @@ def consistency(
     if first > second:
         raise InvalidInput("first must not exceed second")
     try:
-        proof = tlog.consistency(ctx.db, first, second)
+        proof = merkle.consistency(ctx.db, first, second)
     except ValueError as exc:
         raise NotFound(str(exc)) from None
     return {"first": first, "second": second, "proof": [base64.b64encode(h).decode() for h in proof]}

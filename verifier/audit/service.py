@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from verifier.audit import merkle as tlog
+from verifier.audit import merkle
 from verifier.audit import repository as repo
 from verifier.audit.chain import (
     GENESIS,
@@ -109,7 +109,7 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
         row.hash = prev = hash_canonical(prev, data)
         rows.append(row)
     repo.insert_events(s, rows)  # one executemany; the returned rows are plain (detached) objects
-    tlog.extend(s, rows)
+    merkle.extend(s, rows)
     return rows
 
 
@@ -134,7 +134,7 @@ def record_with_receipts(db: Database, events: Sequence[AuditEvent], signer, int
     """`record`, plus one transparency-log receipt per event (same transaction: no receipt, no answer)."""
     try:
         with db.session() as s:
-            return tlog.receipts(s, signer, append(s, events), interval_s)
+            return merkle.receipts(s, signer, append(s, events), interval_s)
     except Exception as exc:
         raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
 

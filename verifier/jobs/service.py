@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from verifier.audit import merkle as tlog
+from verifier.audit import merkle
 from verifier.audit.service import AuditEvent, AuditUnavailable, append, append_or_fail, text_digest
 from verifier.auth.principal import Principal
 from verifier.db import Database
@@ -274,7 +274,7 @@ def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval
             rows = append_or_fail(s, [event])
             if signer is not None:
                 try:
-                    doc["receipt"] = tlog.receipts(s, signer, rows, interval_s)[0]
+                    doc["receipt"] = merkle.receipts(s, signer, rows, interval_s)[0]
                 except Exception as exc:  # no receipt, no results
                     raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
         return doc

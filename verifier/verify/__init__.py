@@ -1,1 +1,1 @@
-"""POST /v1/verify and the synchronous decode path: runner, decode body, and what a caller may see (release)."""
+"""The one decode path (runner, decode body), what a caller may see (release), and /v1/verify's audit-then-release."""

@@ -1,4 +1,4 @@
-"""The decode body shared by /v1/verify and decode jobs (in process or on Celery workers).
+"""The decode body of the runner (verifier.verify.runner), which serves /v1/verify, decode jobs and `hero decode`.
 
 It hands the engine exactly the key material the caller fetched and passes the engine's results
 through: every level verdict (status, reason, fields) is the engine's.

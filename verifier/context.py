@@ -20,6 +20,7 @@ from verifier.db import Database, upgrade
 from verifier.engine.profile import Profile, resolve_profile
 from verifier.jobs.dispatch import CeleryDispatcher, Dispatcher, InProcessDispatcher
 from verifier.jobs.drain import DrainContext, profile_lookup
+from verifier.jobs.kek_rotation import rotate_kek
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
@@ -67,7 +68,7 @@ def build_context(
     if settings.should_auto_migrate:
         upgrade(settings.db_url)
     db = Database(settings.db_url, settings.sqlite_synchronous)
-    store = DbKeyStore(db, make_kek_provider(settings))
+    store = DbKeyStore(db, make_kek_provider(settings), rekey=rotate_kek)
     profile = resolve_profile(settings.profile)
     policy = load_policy(settings.roles_file)
     tokenizers = TokenizerCache(tokenizer_loader)

@@ -50,11 +50,12 @@ def open_database(settings: Settings | None = None) -> Database:
 
 def open_store(settings: Settings | None = None) -> DbKeyStore:
     """The service's encrypted key store (same DB and KEK as `hero serve`)."""
+    from verifier.jobs.kek_rotation import rotate_kek
     from verifier.keys.kek import make_kek_provider
     from verifier.keys.service import DbKeyStore
 
     settings = settings or cli_settings()
-    return DbKeyStore(open_database(settings), make_kek_provider(settings))
+    return DbKeyStore(open_database(settings), make_kek_provider(settings), rekey=rotate_kek)
 
 
 def emit(obj: object) -> None:

@@ -133,10 +133,12 @@ class OffloopJsonRequest(Request):
 
 
 class JsonRoute(APIRoute):
+    string_arrays: frozenset[str] = frozenset()  # the body model's list[str] fields (what the parser enforces)
+
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
-        body = self.body_field
-        strings = string_array_fields(getattr(body, "type_", None) or getattr(body, "annotation", None))
+        info = getattr(self.body_field, "field_info", None)
+        strings = self.string_arrays = string_array_fields(getattr(info, "annotation", None))
 
         async def route_handler(request: Request):
             req = OffloopJsonRequest(request.scope, request.receive)

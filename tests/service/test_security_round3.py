@@ -23,6 +23,14 @@ def test_large_body_of_non_strings_stops_at_its_first_item():
     from verifier.jobs.schemas import JobIn
 
     assert string_array_fields(JobIn) == {"texts"}
+    from verifier.jobs.endpoints import router as jobs
+    from verifier.verify.endpoints import router as verify
+
+    posts = [r for rt in (jobs, verify) for r in rt.routes
+             if r.path in ("/v1/jobs", "/v1/verify") and "POST" in r.methods]
+    assert len(posts) == 2
+    for route in posts:  # what each route's parser enforces
+        assert route.string_arrays == {"texts"}, route.path
     body = '{"texts":[' + ",".join(["1"] * 1_000_000) + "]}"
     with pytest.raises(HTTPException) as err:
         parse_flat_object(body, frozenset({"texts"}))

@@ -12,28 +12,26 @@ false 429s while someone is being refused. Counters live in process memory (embe
 Redis (HERO_RATE_LIMIT_URL, default the broker when it is Redis), shared by every API process.
 
 A charge touches up to four buckets. They are all checked first and nothing is taken when any is short;
-then each is taken atomically, the caller's own subject buckets before the role's, so the only way one
-can be taken while a later one refuses is a race on the role bucket, and what it costs is the refused
-caller's own subject quota, never the role's (docs/operations.md, quotas).
+then each is taken atomically, the caller's own subject buckets before the role's. In memory one lock makes
+that exact; in Redis the only way one can be taken while a later one refuses is a race on the role bucket,
+and what it costs is the refused caller's own subject quota, never the role's (docs/service.md, quotas).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from limits import RateLimitItemPerDay, RateLimitItemPerMinute
-from limits.storage import MemoryStorage, Storage
-from limits.strategies import MovingWindowRateLimiter
+from limits.storage import MemoryStorage, MovingWindowSupport
 
 from verifier.errors import DomainError, Unavailable
 from verifier.metrics import RATE_LIMITED
 
 WINDOWS = {"minute": 60, "day": 86400}
-_ITEMS = {"minute": RateLimitItemPerMinute, "day": RateLimitItemPerDay}
 
 
 @dataclass(frozen=True)
@@ -67,38 +65,49 @@ class Counter(Protocol):
 
 
 class WindowCounter:
-    """Moving windows on a `limits` storage; `charge` returns the bucket that refused, or None (all taken)."""
+    """Moving windows on a `limits` storage (its moving-window entry points: `acquire_entry` takes `n` entries
+    only if they fit, atomically; `get_moving_window` reads the window). `charge` returns the bucket that
+    refused, or None (all taken)."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: MovingWindowSupport) -> None:
         self.storage = storage
-        self.windows = MovingWindowRateLimiter(storage)
 
     @staticmethod
-    def _item(bucket: Bucket):
-        return _ITEMS[bucket.window](bucket.limit, namespace="hero")
+    def _key(b: Bucket) -> str:  # the limit is part of the key: a changed limit starts a fresh window
+        return f"hero/{b.key}/{b.window}/{b.limit}"
+
+    def _fits(self, b: Bucket, n: int) -> bool:
+        return self.storage.get_moving_window(self._key(b), b.limit, WINDOWS[b.window])[1] <= b.limit - n
 
     def charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None:
         for b in buckets:  # a check first: nothing is taken when any bucket is short
-            if n > b.limit or (len(buckets) > 1 and not self.windows.test(self._item(b), b.key, cost=n)):
+            if n > b.limit or (len(buckets) > 1 and not self._fits(b, n)):
                 return b
         for b in sorted(buckets, key=lambda b: b.label.startswith("role")):  # the caller's own buckets first
-            if not self.windows.hit(self._item(b), b.key, cost=n):
+            if not self.storage.acquire_entry(self._key(b), b.limit, WINDOWS[b.window], amount=n):
                 return b  # lost a race for this bucket; it took nothing
         return None
 
     def retry_after(self, bucket: Bucket, n: int, now: float) -> int:
         """Seconds until the oldest text in the window leaves it (at least 1; a whole window if it never fits)."""
+        size = WINDOWS[bucket.window]
         if n > bucket.limit:
-            return WINDOWS[bucket.window]
-        reset = self.windows.get_window_stats(self._item(bucket), bucket.key).reset_time
-        return max(1, min(WINDOWS[bucket.window], math.ceil(reset - now)))
+            return size
+        start, _count = self.storage.get_moving_window(self._key(bucket), bucket.limit, size)
+        return max(1, min(size, math.ceil(start + size - now)))
 
 
 class MemoryCounter(WindowCounter):
-    """Process-local moving windows (the embedded single-process default)."""
+    """Process-local moving windows (the embedded single-process default). One lock around a whole charge: the
+    check and the takes cannot interleave with another charge, so several buckets are all-or-nothing exactly."""
 
     def __init__(self) -> None:
         super().__init__(MemoryStorage())
+        self._lock = threading.Lock()
+
+    def charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None:
+        with self._lock:
+            return super().charge(buckets, n, now)
 
 
 class RedisCounter(WindowCounter):

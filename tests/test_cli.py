@@ -134,3 +134,37 @@ def test_decode_two_user_splice_is_mixed(capsys, smollm2):
     assert named <= {1234, 999}
     assert lv["status"] == "mixed" and lv["fields"] == {"user": None} and named == {1234, 999}
     assert "mixed-sources" in out["flags"]
+
+
+def test_generate_is_audited_before_the_text_is_printed(capsys, hero_home, monkeypatch):
+    """Issue 29: `hero generate` marks text with any payload using every level's key: on the record (action
+    `generate`, the payload claimed, the versions, the text's digest), and no record means no text. The model
+    is stubbed: what is tested is the record, not the generation (test_generate_then_decode_round_trip)."""
+    import hashlib
+    from types import SimpleNamespace
+
+    from sqlalchemy import select
+
+    import verifier.audit.service as audit
+    import verifier.engine.generation as generation
+    import verifier.lm as lm
+    from verifier.audit.models import AuditEventRow
+    from verifier.cli.common import open_store
+
+    monkeypatch.setattr(lm, "load_model", lambda name: (None, None))
+    monkeypatch.setattr(generation, "generate_watermarked", lambda *a, **k: [SimpleNamespace(text="a marked text")])
+    assert run(capsys, "keys", "init")[0] == 0
+    argv = ("generate", "--prompt", "Hi", "--field", "model=3", "--field", "user=1234", "--model", "smollm2")
+    code, gen, err = run(capsys, *argv)
+    assert code == 0, err
+    with open_store().db.session() as s:
+        (ev,) = s.scalars(select(AuditEventRow).where(AuditEventRow.action == "generate")).all()
+        assert (ev.role, ev.outcome, ev.detail) == ("cli", "generated", "payload model=3 user=1234")
+        assert ev.key_version == "l1-v1,l2-v1" and ev.text_sha256 == hashlib.sha256(b"a marked text").hexdigest()
+
+    def down(*a, **k):
+        raise audit.AuditUnavailable("audit log unavailable (test)")
+
+    monkeypatch.setattr(audit, "record", down)
+    code, gen, err = run(capsys, *argv)
+    assert code != 0 and gen is None and "audit" in err

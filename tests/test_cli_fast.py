@@ -158,3 +158,41 @@ def test_eval_quick_with_out_writes_the_report(monkeypatch, tmp_path, capsys):
     assert "report written to" in capsys.readouterr().err
     assert main(["eval", "--quick"]) == 0
     assert written == [out] and "add --out DIR" in capsys.readouterr().err
+
+
+def test_serve_holds_the_twin_loopback_port():
+    """Issue 29 LOW-6: bound to 127.0.0.1:P, `hero serve` also holds [::1]:P, and refuses a port whose twin is taken."""
+    import errno
+    import socket
+
+    import pytest
+
+    from verifier.cli.loopback import LoopbackSquatted, reserve_loopback_twin
+
+    probe = socket.socket(socket.AF_INET6)
+    try:
+        probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback on this host")
+    port = probe.getsockname()[1]
+    probe.close()
+    held = reserve_loopback_twin("127.0.0.1", port)
+    assert held is not None
+    try:
+        squatter = socket.socket(socket.AF_INET6)
+        with pytest.raises(OSError) as err:
+            squatter.bind(("::1", port))
+        assert err.value.errno == errno.EADDRINUSE
+        squatter.close()
+    finally:
+        held.close()
+    squatter = socket.socket(socket.AF_INET6)
+    squatter.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    squatter.bind(("::1", port))
+    squatter.listen(1)
+    try:
+        with pytest.raises(LoopbackSquatted, match="another process"):
+            reserve_loopback_twin("127.0.0.1", port)
+    finally:
+        squatter.close()
+    assert reserve_loopback_twin("0.0.0.0", port) is None and reserve_loopback_twin("127.0.0.1", 0) is None

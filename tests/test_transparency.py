@@ -170,3 +170,27 @@ def test_witness_cosignature_round_trip_and_quorum():
     forged = note + tl.cosign(note, "witness.example/w1", key, 1_700_000_000)
     with pytest.raises(tl.TransparencyError):
         tl.verify_cosignature(forged, wvkey)
+
+
+def test_witnesses_count_once_and_an_unmet_quorum_fails():
+    """Issue 29 LOW-2: a witness listed twice counted twice towards quorum=2; witnesses with quorum 0 were ignored."""
+    key, vkey = _signer("o")
+    w1, w2 = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    v1 = tl.verifier_key("witness.example/w1", tl.raw_public(w1.public_key()), tl.SIG_COSIGNATURE_V1)
+    v2 = tl.verifier_key("witness.example/w2", tl.raw_public(w2.public_key()), tl.SIG_COSIGNATURE_V1)
+    events = [{"idx": i + 1, "action": "verify"} for i in range(3)]
+    tree = tl.MemoryTree([tl.event_leaf(e) for e in events])
+    note = tl.sign_note(tl.Checkpoint("o", 3, tree.root()).body(), "o", key)
+    one = note + tl.cosign(note, "witness.example/w1", w1, 1_700_000_000)
+    receipt = tl.make_receipt(events[1], 1, tree.inclusion_proof(1, 3), one)
+    with pytest.raises(tl.TransparencyError, match="more than once"):
+        tl.verify_receipt(receipt, vkey, witnesses=[v1, v1], quorum=2)
+    with pytest.raises(tl.TransparencyError, match="1 valid witness"):  # quorum 0 = every witness named
+        tl.verify_receipt(receipt, vkey, witnesses=[v1, v2])
+    with pytest.raises(tl.TransparencyError, match="cannot be met"):
+        tl.verify_receipt(receipt, vkey, witnesses=[v1], quorum=2)
+    with pytest.raises(tl.TransparencyError, match="cannot be met"):
+        tl.verify_receipt(receipt, vkey, quorum=1)
+    assert tl.verify_receipt(receipt, vkey, witnesses=[v1, v2], quorum=1).size == 3
+    both = one + tl.cosign(note, "witness.example/w2", w2, 1_700_000_001)
+    assert tl.verify_receipt({**receipt, "checkpoint": both}, vkey, witnesses=[v1, v2]).size == 3

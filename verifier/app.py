@@ -77,8 +77,9 @@ def _openapi_with_error_shape(app: FastAPI) -> dict:
     comps.pop("HTTPValidationError", None)
     comps.pop("ValidationError", None)
     comps["Error"] = ERROR_SCHEMA
-    for item in schema.get("paths", {}).values():
+    for path, item in schema.get("paths", {}).items():
         for op in item.values():
+            _declare_guard_errors(path, op)
             for code, resp in op.get("responses", {}).items():
                 if code.isdigit() and int(code) >= 400:
                     resp["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
@@ -86,6 +87,22 @@ def _openapi_with_error_shape(app: FastAPI) -> dict:
                         resp["description"] = "Error"
     app.openapi_schema = schema
     return schema
+
+
+def _declare_guard_errors(path: str, op: dict) -> None:
+    """What the middleware may answer before a route runs: 400 on any request (two Authorization headers, a bad
+    Content-Length or a body that is not UTF-8), 401 on /v1 and on routes taking a token, 413 with a body;
+    /metrics is Prometheus text."""
+    responses = op.setdefault("responses", {})
+    extra = ["400"]
+    if path.startswith("/v1/") or "security" in op or (path == "/metrics" and "403" in responses):
+        extra.append("401")
+    if "requestBody" in op:
+        extra.append("413")
+    for code in extra:
+        responses.setdefault(code, {"description": "Error"})
+    if path == "/metrics" and "200" in responses:
+        responses["200"]["content"] = {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -211,6 +228,7 @@ def create_app(
         unauth_limit=settings.unauth_max_body_bytes,
         authenticate=_authenticator(ctx),
         recall=ctx.tokens.cached,
+        may_override=lambda claims: "verify" in getattr(ctx.policy.role(claims.role), "actions", ()),
     )
     app.add_middleware(AccessLogMiddleware)
     return app

@@ -18,6 +18,7 @@ from verifier.auth.policy import Policy, load_policy
 from verifier.db import Database, check_schema, upgrade
 from verifier.engine.profile import Profile, resolve_profile
 from verifier.jobs.drain import DrainContext
+from verifier.jobs.kek_rotation import rotate_kek
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
@@ -40,7 +41,7 @@ def open_database(settings: Settings, *, check: bool = False) -> Database:
 
 def open_store(settings: Settings, db: Database | None = None) -> DbKeyStore:
     """The service's encrypted key store (the same database and KEK in every process)."""
-    return DbKeyStore(db or open_database(settings, check=True), make_kek_provider(settings))
+    return DbKeyStore(db or open_database(settings, check=True), make_kek_provider(settings), rekey=rotate_kek)
 
 
 def profile_lookup(*known: Profile) -> Callable[[str], Profile]:

@@ -3,18 +3,30 @@
 p-values and confidences answer "how watermarked is this?", which is exactly the oracle an attacker
 needs to strip or forge marks by trial and error; quotas bound how fast anyone can ask. Limits come
 from the role's `limits` in policies/roles.yaml (texts_per_minute / texts_per_day for each subject of
-the role, role_texts_per_minute / role_texts_per_day for the whole role). Fixed windows; counters live
-in process memory (embedded default) or in Redis (HERO_RATE_LIMIT_URL, default the broker when it is
-Redis), shared by every API process. A charge is all-or-nothing across the buckets it touches.
+the role, role_texts_per_minute / role_texts_per_day for the whole role).
+
+Moving windows from the `limits` library: at most `limit` texts in ANY window-length span (a fixed
+window let 2x through across its edge). Each bucket's check-and-take is one atomic step (a Lua script
+in Redis, a per-key lock in memory), so a refused charge never adds to a bucket that others read: no
+false 429s while someone is being refused. Counters live in process memory (embedded default) or in
+Redis (HERO_RATE_LIMIT_URL, default the broker when it is Redis), shared by every API process.
+
+A charge touches up to four buckets. They are all checked first and nothing is taken when any is short;
+then each is taken atomically, the caller's own subject buckets before the role's. In memory one lock makes
+that exact; in Redis the only way one can be taken while a later one refuses is a race on the role bucket,
+and what it costs is the refused caller's own subject quota, never the role's (docs/service.md, quotas).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from limits.storage import MemoryStorage, MovingWindowSupport
 
 from verifier.errors import DomainError, Unavailable
 from verifier.metrics import RATE_LIMITED
@@ -24,7 +36,7 @@ WINDOWS = {"minute": 60, "day": 86400}
 
 @dataclass(frozen=True)
 class Bucket:
-    key: str  # e.g. "sub:<iss>:<sub>" or "role:<role>"
+    key: str  # e.g. "sub:<role>:<iss>:<sub>" or "role:<role>"
     label: str  # metric label: subject_minute | subject_day | role_minute | role_day
     window: str
     limit: int
@@ -49,63 +61,77 @@ class RateStoreUnavailable(Unavailable):
 class Counter(Protocol):
     def charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None: ...
 
-
-def _slot(bucket: Bucket, now: float) -> tuple[str, int]:
-    size = WINDOWS[bucket.window]
-    start = int(now // size) * size
-    return f"hero:rl:{bucket.key}:{bucket.window}:{start}", start + size
+    def retry_after(self, bucket: Bucket, n: int, now: float) -> int: ...
 
 
-class MemoryCounter:
-    """Process-local fixed windows (the embedded single-process default)."""
+class WindowCounter:
+    """Moving windows on a `limits` storage (its moving-window entry points: `acquire_entry` takes `n` entries
+    only if they fit, atomically; `get_moving_window` reads the window). `charge` returns the bucket that
+    refused, or None (all taken)."""
+
+    def __init__(self, storage: MovingWindowSupport) -> None:
+        self.storage = storage
+
+    @staticmethod
+    def _key(b: Bucket) -> str:  # the limit is part of the key: a changed limit starts a fresh window
+        return f"hero/{b.key}/{b.window}/{b.limit}"
+
+    def _fits(self, b: Bucket, n: int) -> bool:
+        return self.storage.get_moving_window(self._key(b), b.limit, WINDOWS[b.window])[1] <= b.limit - n
+
+    def charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None:
+        for b in buckets:  # a check first: nothing is taken when any bucket is short
+            if n > b.limit or (len(buckets) > 1 and not self._fits(b, n)):
+                return b
+        for b in sorted(buckets, key=lambda b: b.label.startswith("role")):  # the caller's own buckets first
+            if not self.storage.acquire_entry(self._key(b), b.limit, WINDOWS[b.window], amount=n):
+                return b  # lost a race for this bucket; it took nothing
+        return None
+
+    def retry_after(self, bucket: Bucket, n: int, now: float) -> int:
+        """Seconds until the oldest text in the window leaves it (at least 1; a whole window if it never fits)."""
+        size = WINDOWS[bucket.window]
+        if n > bucket.limit:
+            return size
+        start, _count = self.storage.get_moving_window(self._key(bucket), bucket.limit, size)
+        return max(1, min(size, math.ceil(start + size - now)))
+
+
+class MemoryCounter(WindowCounter):
+    """Process-local moving windows (the embedded single-process default). One lock around a whole charge: the
+    check and the takes cannot interleave with another charge, so several buckets are all-or-nothing exactly."""
 
     def __init__(self) -> None:
+        super().__init__(MemoryStorage())
         self._lock = threading.Lock()
-        self._counts: dict[str, tuple[int, int]] = {}  # slot key -> (count, window end)
 
     def charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None:
         with self._lock:
-            if len(self._counts) > 100_000:
-                self._counts = {k: v for k, v in self._counts.items() if v[1] > now}
-            slots = [_slot(b, now) for b in buckets]
-            for b, (key, _end) in zip(buckets, slots, strict=True):
-                if self._counts.get(key, (0, 0))[0] + n > b.limit:
-                    return b
-            for key, end in slots:
-                self._counts[key] = (self._counts.get(key, (0, end))[0] + n, end)
-        return None
+            return super().charge(buckets, n, now)
 
 
-class RedisCounter:
-    """Shared fixed windows in Redis: INCRBY, and roll back every bucket if any went over."""
+class RedisCounter(WindowCounter):
+    """Moving windows shared through Redis (each check-and-take is one Lua script)."""
 
     def __init__(self, url: str) -> None:
-        import redis
+        from limits.storage import RedisStorage
 
-        self._r = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        super().__init__(RedisStorage(url, socket_timeout=2, socket_connect_timeout=2))
 
     def charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None:
+        return self._guard(super().charge, buckets, n, now)
+
+    def retry_after(self, bucket: Bucket, n: int, now: float) -> int:
+        return self._guard(super().retry_after, bucket, n, now)
+
+    @staticmethod
+    def _guard(fn, *args):
         import redis
 
         try:
-            return self._charge(buckets, n, now)
+            return fn(*args)
         except redis.RedisError as exc:
             raise RateStoreUnavailable(f"rate-limit store unavailable ({exc.__class__.__name__})") from None
-
-    def _charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None:
-        slots = [_slot(b, now) for b in buckets]
-        pipe = self._r.pipeline()
-        for key, end in slots:
-            pipe.incrby(key, n)
-            pipe.expireat(key, int(end) + 5)
-        counts = pipe.execute()[0::2]
-        over = next((b for b, c in zip(buckets, counts, strict=True) if c > b.limit), None)
-        if over is not None:
-            undo = self._r.pipeline()
-            for key, _ in slots:
-                undo.decrby(key, n)
-            undo.execute()
-        return over
 
 
 @dataclass(frozen=True)
@@ -146,8 +172,7 @@ class RateLimiter:
         over = self.counter.charge(buckets, n, now)
         if over is not None:
             RATE_LIMITED.labels(role, over.label).inc()
-            _, end = _slot(over, now)
-            raise RateLimited(over, max(1, int(end - now + 0.999)))
+            raise RateLimited(over, self.counter.retry_after(over, n, now))
 
 
 def shared_counter_url(settings) -> str | None:

@@ -135,7 +135,8 @@ def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode_and_locally
 
     cfg = lite.client.get("/console/config").json()
     assert cfg["dev_mode"] is True and {"moderator", "auditor", "admin"} <= set(cfg["roles"])
-    local = TestClient(lite.app, client=("127.0.0.1", 40000))  # no `with`: the app's lifespan runs once, in lite
+    # no `with`: the app's lifespan runs once, in lite; a loopback Host, as a browser on this machine sends
+    local = TestClient(lite.app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 40000))
     for role, level in (("moderator", 1), ("auditor", 2), ("admin", 2)):
         r = local.post(f"/console/dev-token?role={role}")
         assert r.status_code == 200, r.text

@@ -9,7 +9,7 @@ from verifier.audit.service import Actor
 from verifier.auth.policy import Grant, Policy, Role
 from verifier.engine.profile import resolve_profile
 from verifier.errors import Forbidden, InvalidInput, TooLarge
-from verifier.verify.release import DIAGNOSTICS, audit_events, check_texts, outcome, shape
+from verifier.verify.release import DIAGNOSTICS, audit_events, check_texts, outcome, released_digest, shape
 
 
 def _level(n: int, **extra) -> dict:
@@ -50,9 +50,10 @@ def test_outcome_and_audit_events_follow_the_shaped_result():
     assert outcome(shape(undecodable, 1)) == "undecodable"
     assert outcome(shape(_result(_level(1)), 1)) == "watermarked"
     assert outcome(shape(_result(_level(1), watermarked=False), 1)) == "not-watermarked"
-    (ev,) = audit_events(Actor("s", "auditor", "j"), ["ab" * 32], [shape(_result(_level(1), _level(2)), 2)],
-                         ["job=x item=0"])
-    assert (ev.levels, ev.key_version, ev.outcome, ev.detail) == ([1, 2], "l1-v1,l2-v1", "watermarked", "job=x item=0")
+    shaped = shape(_result(_level(1), _level(2)), 2)
+    (ev,) = audit_events(Actor("s", "auditor", "j"), ["ab" * 32], [shaped], ["job=x item=0"])
+    assert (ev.levels, ev.key_version, ev.outcome) == ([1, 2], "l1-v1,l2-v1", "watermarked")
+    assert ev.detail == f"job=x item=0 result_sha256={released_digest(shaped)}"  # binds the released result
 
 
 def test_input_checks():

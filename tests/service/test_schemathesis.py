@@ -1,4 +1,5 @@
-"""Property-based API fuzzing from the OpenAPI schema: no operation may answer 5xx."""
+"""Property-based API fuzzing from the OpenAPI schema: no operation may answer 5xx, and every answer conforms to
+the schema (documented status code, content type, headers and body shape)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ def fuzz_app(hero_home, tmp_path):
 def test_no_server_errors(fuzz_app):
     from hypothesis import given
     from hypothesis import strategies as st
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    conformance = [status_code_conformance, content_type_conformance, response_headers_conformance,
+                   response_schema_conformance]
 
     api = schemathesis.openapi.from_asgi("/openapi.json", fuzz_app)
     ops = [r.ok() for r in api.get_all_operations()]
@@ -45,6 +55,7 @@ def test_no_server_errors(fuzz_app):
         assert resp.status_code < 500, (case.method, case.path, resp.status_code, resp.text[:300])
         if resp.status_code >= 400:
             assert isinstance(resp.json().get("detail"), str), resp.text[:300]
+        case.validate_response(resp, checks=conformance)  # raises (with the case) on any non-conformance
 
     run()
     assert len(seen) >= len(ops) // 2

@@ -65,9 +65,10 @@ def _stored_time(raw: str | None, name: str) -> str | None:
         return None
     try:
         t = datetime.fromisoformat(raw.replace("Z", "+00:00") if raw.endswith("Z") else raw)
-    except ValueError:
-        raise InvalidInput(f"{name}: expected an ISO-8601 time such as 2026-01-31T12:00:00Z") from None
-    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+        t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)  # OverflowError past year 1..9999
+    except (ValueError, OverflowError):
+        raise InvalidInput(f"{name}: expected an ISO-8601 time such as 2026-01-31T12:00:00Z (years 1..9999 in "
+                           "UTC)") from None
     return t.isoformat(timespec="microseconds")
 
 

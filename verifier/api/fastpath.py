@@ -38,7 +38,7 @@ def parse_verify_body(body: bytes) -> tuple[list[str], int | None] | None:
         return None
     try:
         data = json.loads(body.decode("utf-8"))  # as verifier.api.bodies.parse_json does
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting: the route answers 400, as for any unparsable body
         return None
     if type(data) is not dict or not data.keys() <= _FIELDS:
         return None

@@ -5,7 +5,8 @@ checked in a worker thread, JWKS fetches never block the loop; a token already v
 is recalled on the loop, no thread hop), and only then is its body read, counting
 bytes as they stream in and stopping at the limit that applies (per path for authenticated callers,
 HERO_UNAUTH_MAX_BODY_BYTES otherwise; /v1 routes read nothing at all from an unauthenticated caller).
-Bodies must be UTF-8 (RFC 8259 §8.1): anything else is a 400 before JSON parsing.
+Bodies must be UTF-8 (RFC 8259 §8.1): anything else is a 400 before JSON parsing. A request with more than one
+Authorization header is a 400 whatever its method (bodies were authorised by the last, GETs by the first).
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ class BodyGuardMiddleware:
         unauth_limit: int = 1024,
         protected_prefix: str = "/v1/",
         recall: Recall | None = None,
+        may_override: Callable[[Any], bool] | None = None,
     ) -> None:
         self.app = app
+        self.may_override = may_override  # claims -> may this caller use the per-path limits (a role that verifies)
         self.recall = recall
         self.limit = limit
         self.authenticate = authenticate
@@ -84,7 +87,11 @@ class BodyGuardMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers", []))
+        raw_headers = scope.get("headers", [])
+        if sum(k == b"authorization" for k, _ in raw_headers) > 1:  # which one would count differs by route
+            BODY_REJECTIONS.labels("duplicate_authorization").inc()
+            return await _send_json(send, 400, "more than one Authorization header")
+        headers = dict(raw_headers)
         declared = None
         if b"content-length" in headers:
             try:
@@ -107,7 +114,12 @@ class BodyGuardMiddleware:
         if claims is None and path.startswith(self.protected_prefix):
             BODY_REJECTIONS.labels("unauthenticated").inc()
             return await _send_json(send, 401, why or "invalid token", [(b"www-authenticate", b"Bearer")])
-        limit = self.overrides.get(path, self.limit) if claims is not None else self.unauth_limit
+        if claims is None:
+            limit = self.unauth_limit
+        elif path in self.overrides and (self.may_override is None or self.may_override(claims)):
+            limit = self.overrides[path]
+        else:  # e.g. a provider token or an unknown role on /v1/jobs: the route will refuse it; read little
+            limit = self.limit
         msg = f"request body too large (limit {limit} bytes)"
         if declared is not None and declared > limit:
             BODY_REJECTIONS.labels("too_large").inc()

@@ -510,21 +510,67 @@ def receipt_of(event: dict[str, object], index: int, proof_b64: list[str], check
     return {"leaf_index": index, "inclusion_proof": proof_b64, "checkpoint": checkpoint_note, "event": event}
 
 
+RESULT_DIGEST_KEY = "result_sha256"
+
+
+def result_digest(result: dict) -> str:
+    """SHA-256 of a released result as served (its JSON object, the `receipt` key left out) in canonical JSON.
+
+    The service writes it into the result's audit event (`detail`: `result_sha256=<hex>`), so the receipt's leaf
+    commits to exactly what was released: a result with any field changed no longer matches it."""
+    return hashlib.sha256(canonical({k: v for k, v in result.items() if k != "receipt"})).hexdigest()
+
+
+def bound_result_digest(event: dict) -> str | None:
+    """The `result_sha256` an event's detail names, or None."""
+    detail = event.get("detail")
+    if not isinstance(detail, str):
+        return None
+    for word in detail.split():
+        key, eq, value = word.partition("=")
+        if eq and key == RESULT_DIGEST_KEY:
+            return value
+    return None
+
+
+def _witness_quorum(note: str, witnesses: Sequence[str], quorum: int) -> None:
+    """At least `quorum` distinct witnesses (all of them when quorum is 0) cosigned the checkpoint."""
+    if quorum < 0:
+        raise TransparencyError("quorum must not be negative")
+    parsed = [NoteVerifier.parse(w, SIG_COSIGNATURE_V1) for w in witnesses]
+    if len({(w.name, w.key_id) for w in parsed}) != len(parsed):
+        raise TransparencyError("a witness is listed more than once")
+    need = quorum or len(parsed)
+    if need > len(parsed):
+        raise TransparencyError(f"quorum {need} cannot be met by {len(parsed)} witness(es)")
+    ok = 0
+    for w in parsed:
+        try:
+            verify_cosignature(note, w)
+            ok += 1
+        except TransparencyError:
+            continue
+    if ok < need:
+        raise TransparencyError(f"checkpoint has {ok} valid witness cosignature(s); {need} required")
+
+
 def verify_receipt(
     receipt: dict,
     vkey: str,
     *,
     origin: str | None = None,
     text: str | None = None,
+    result: dict | None = None,
     witnesses: Sequence[str] = (),
     quorum: int = 0,
 ) -> Checkpoint:
     """Offline check that `receipt`'s event is in the log the signed checkpoint commits to.
 
-    With `text`, also checks that the event is about that text (its SHA-256). With `witnesses` (their
-    cosignature vkeys), at least `quorum` of them must have cosigned the checkpoint: a log that shows
-    different histories to different people cannot get the same witnesses to sign both. Returns the
-    checkpoint.
+    With `text`, also checks that the event is about that text (its SHA-256); with `result` (the result object
+    as served, its `receipt` key ignored), that the event binds exactly that result (`result_digest`). With
+    `witnesses` (their cosignature vkeys, each once), at least `quorum` of them (all when quorum is 0) must
+    have cosigned the checkpoint: a log that shows different histories to different people cannot get the
+    same witnesses to sign both. Returns the checkpoint.
     """
     try:
         event = receipt["event"]
@@ -539,16 +585,18 @@ def verify_receipt(
         raise TransparencyError("receipt event index does not match its leaf index")
     if text is not None and event.get("text_sha256") != hashlib.sha256(text.encode("utf-8")).hexdigest():
         raise TransparencyError("receipt is about a different text")
+    if result is not None:
+        bound = bound_result_digest(event)
+        if bound is None:
+            raise TransparencyError("receipt does not bind a result")
+        try:
+            same = isinstance(result, dict) and bound == result_digest(result)
+        except (TypeError, ValueError):  # not JSON data
+            same = False
+        if not same:
+            raise TransparencyError("receipt is about a different result")
     cp = open_checkpoint(note, vkey, origin)
-    if quorum:
-        ok = 0
-        for w in witnesses:
-            try:
-                verify_cosignature(note, w)
-                ok += 1
-            except TransparencyError:
-                continue
-        if ok < quorum:
-            raise TransparencyError(f"checkpoint has {ok} valid witness cosignature(s); {quorum} required")
+    if witnesses or quorum:
+        _witness_quorum(note, witnesses, quorum)
     verify_inclusion(event_leaf(event), index, cp.size, proof, cp.root)
     return cp

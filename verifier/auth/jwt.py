@@ -36,6 +36,7 @@ VERIFIED_CACHE_MAX = 4096  # tokens whose signature check is remembered (until e
 FETCH_TIMEOUT_SECONDS = 5.0
 BACKOFF_BASE_SECONDS = 2.0
 BACKOFF_MAX_SECONDS = 300.0
+FETCH_WAITERS_MAX = 4  # requests that may wait at once for a fetch in flight (the others answer without waiting)
 _ALLOWED = {("OKP", "Ed25519"): "EdDSA", ("EC", "P-256"): "ES256"}
 
 
@@ -125,7 +126,8 @@ class KeySource:
     The lock only guards state: no file or network I/O ever happens while it is held. A JWKS URL is
     fetched by one background thread at a time (at start-up, when the cache is stale, or for an unknown
     kid at most every URL_REFRESH_MIN_SECONDS), with exponential backoff after failures, first fetch
-    included. A request waits at most HERO_JWKS_WAIT_SECONDS for a fetch in flight; a known kid is served
+    included. A request waits at most HERO_JWKS_WAIT_SECONDS for a fetch in flight, and at most
+    FETCH_WAITERS_MAX wait at once (the others answer from the set in hand); a known kid is served
     from the last good set at once, even while a refresh runs or fails. A set with bad keys keeps its
     good keys (each bad one logged); a set with none keeps the previous one.
     """
@@ -134,6 +136,7 @@ class KeySource:
         self.settings = settings
         self._lock = threading.Lock()
         self._file_lock = threading.Lock()
+        self._waiters = threading.BoundedSemaphore(FETCH_WAITERS_MAX)
         self._file_keys: dict[str, TrustedKey] = {}
         self._file_mtime: float | None = None
         self._url_keys: dict[str, TrustedKey] = {}
@@ -224,8 +227,14 @@ class KeySource:
         inflight = self._start_fetch(now) if due else None
         if kid in keys:
             return keys[kid]  # stale but known: last good set now, refresh in the background
-        if inflight is not None:
-            inflight.wait(self.wait_seconds)
+        # Single flight, bounded waiting: a few requests wait for the fetch (a key the issuer just published);
+        # the rest answer at once from the set in hand, so a flood of made-up kids cannot park every worker
+        # thread (logins and /readyz share the pool) for HERO_JWKS_WAIT_SECONDS.
+        if inflight is not None and self._waiters.acquire(blocking=False):
+            try:
+                inflight.wait(self.wait_seconds)
+            finally:
+                self._waiters.release()
         return self._url_keys.get(kid)
 
     def _local(self, kid: str) -> TrustedKey | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from verifier.cli.common import add_profile_arg, cli_settings, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +36,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise ValueError("--max-new-tokens must be in 1..4096")
     if not 0 <= args.min_new_tokens <= args.max_new_tokens:
         raise ValueError("--min-new-tokens must be in 0..--max-new-tokens")
-    keyset = open_store(cli_settings(args)).active_keyset(profile)
+    store = open_store(cli_settings(args))
+    keyset = store.active_keyset(profile)
     from tqdm import tqdm
 
     from verifier.engine.generation import generate_watermarked
@@ -58,5 +59,22 @@ def cmd_generate(args: argparse.Namespace) -> None:
             max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, temperature=args.temperature,
             top_k=args.top_k, top_p=args.top_p, on_step=lambda: bar.update(1),
         )
-    emit({"text": gen.text, "payload": payload, "key_version": keyset.tables[0].version,
-          "key_versions": {str(t.level): t.version for t in keyset.tables}})
+    out = {"text": gen.text, "payload": payload, "key_version": keyset.tables[0].version,
+           "key_versions": {str(t.level): t.version for t in keyset.tables}}
+    _audit_generation(store, out)
+    emit(out)
+
+
+def _audit_generation(store, out: dict) -> None:
+    """A local generation uses every level's key, the private ones included, to mark a text with any payload:
+    text that will decode as "user 1234" is exactly what attribution rests on. So it is on the record like a
+    decode: the payload claimed, the versions used and the text's digest, committed before the text is printed
+    (no record, no text)."""
+    from verifier.audit.service import AuditEvent, record, text_digest
+
+    actor = cli_actor()
+    payload = " ".join(f"{k}={v}" for k, v in sorted(out["payload"].items()))
+    versions = ",".join(out["key_versions"].values())
+    levels = [int(lv) for lv in out["key_versions"]]
+    record(store.db, [AuditEvent("generate", actor.subject, actor.role, actor.jti, levels, versions,
+                                 text_digest(out["text"]), "generated", f"payload {payload}")])

@@ -106,10 +106,13 @@ def resolve_workers(requested: int | str, settings, cores: int | None = None) ->
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    from verifier.cli.loopback import reserve_loopback_twin
     from verifier.logs import configure_logging
 
     settings = cli_settings(args)
     configure_logging(settings.log_level)
+    host, port = args.host or settings.host, args.port or settings.port
+    twin = reserve_loopback_twin(host, port)  # held while serving: [::1]:port beside 127.0.0.1:port
     workers, warning = resolve_workers(args.workers, settings)
     if warning:
         log.warning(warning)
@@ -132,8 +135,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
         start_http_server(settings.metrics_port, addr=settings.metrics_host)
     from verifier.cli.serve_workers import run_workers  # several workers: connections dealt out in turn
 
-    run_workers(target, workers=workers, host=args.host or settings.host, port=args.port or settings.port,
-                factory=factory, log_config=None, access_log=False, proxy_headers=False, **_fast_server())
+    try:
+        run_workers(target, workers=workers, host=host, port=port,
+                    factory=factory, log_config=None, access_log=False, proxy_headers=False, **_fast_server())
+    finally:
+        if twin is not None:
+            twin.close()
 
 
 def _fast_server() -> dict:
@@ -206,17 +213,7 @@ def cmd_audit_public_key(args: argparse.Namespace) -> None:
 
 
 def cmd_kek_rotate(args: argparse.Namespace) -> None:
-    from verifier.jobs.kek_rotation import retire_kek, rewrap_jobs
+    from verifier.jobs.kek_rotation import rotate_kek
 
-    store = open_store(cli_settings(args))
-    kek = store.kek
-    old = kek.ids()
-    new_id = kek.rotate()
-    n = store.rewrap_all(actor=cli_actor(), new_kek=new_id)  # audited with the re-wrap, one transaction
-    n_jobs = rewrap_jobs(store.db, kek)
-    retired = []
-    if args.retire_old:
-        for kid in old:
-            retire_kek(store.db, kek, kid)  # refuses while any key row or job still uses it
-            retired.append(kid)
-    emit({"kek_id": new_id, "rewrapped": n, "rewrapped_jobs": n_jobs, "retired": retired})
+    # audited with the re-wrap, one transaction; an old KEK is retired only when nothing uses it any more
+    emit(rotate_kek(open_store(cli_settings(args)), cli_actor(), retire_old=args.retire_old))

@@ -72,12 +72,38 @@ def whoami(p: Annotated[Principal, Depends(current_principal)]) -> dict:
     return {"subject": p.sub, "role": p.role, "max_level": p.max_level, "actions": sorted(p.actions)}
 
 
-def _loopback(request: Request) -> bool:
-    host = request.client.host if request.client else ""
+def _loopback_ip(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _loopback_name(value: str) -> bool:
+    """A Host (or Origin authority) that names this machine: localhost, 127.0.0.0/8 or [::1], any port."""
+    host = value.strip().lower()
+    if host.startswith("["):  # [::1]:port
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host in ("localhost", "localhost.") or _loopback_ip(host)
+
+
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
+
+
+def _loopback(request: Request) -> bool:
+    """The caller is on this machine and talks to it by a loopback name. A Host of another name is a DNS
+    rebinding page in a browser; a forwarding header means a reverse proxy relays someone else (behind a proxy
+    on this host every client would look loopback), and the dev route trusts no proxy."""
+    if not _loopback_ip(request.client.host if request.client else ""):
+        return False
+    if not _loopback_name(request.headers.get("host", "")):
+        return False
+    origin = request.headers.get("origin")
+    if origin is not None and not _loopback_name(origin.partition("://")[2].partition("/")[0]):
+        return False
+    return not any(h in request.headers for h in PROXY_HEADERS)
 
 
 @router.post("/dev-token", response_model=DevToken,

@@ -1,8 +1,14 @@
 """KEK rotation bookkeeping: re-wrap every job's data key and retire a KEK only when nothing (key rows or
 jobs) wraps under it any more, so no job fails later because its data key became unreadable. Lives in
-jobs/ because it reads both jobs and key rows (keys/ may not import jobs/)."""
+jobs/ because it reads both jobs and key rows (keys/ may not import jobs/).
+
+`rotate_kek` is `hero kek rotate` and also the second half of destroying a key version (`DbKeyStore.rekey`):
+copies of the destroyed row that the database cannot erase (PostgreSQL's pg_wal, a WAL archive, a backup)
+are sealed under KEKs that no longer exist once every live data key is re-wrapped and the old KEKs retired."""
 
 from __future__ import annotations
+
+import logging
 
 from sqlalchemy import func, select
 
@@ -11,6 +17,8 @@ from verifier.jobs.models import JobRow
 from verifier.jobs.service import _job_aad
 from verifier.keys.kek import KekError, KekProvider
 from verifier.keys.models import KeyVersionRow
+
+log = logging.getLogger("hero.kek")
 
 
 class KekInUse(KekError):
@@ -49,3 +57,24 @@ def retire_kek(db: Database, kek, kek_id: str) -> None:
             "(which re-wraps them) before retiring it"
         )
     kek.retire(kek_id)
+
+
+def rotate_kek(store, actor=None, *, retire_old: bool = True) -> dict:
+    """A new current KEK; every key row's and job's data key re-wrapped under it (the key rows' re-wrap
+    audited as `kek.rotate` in its own transaction); with `retire_old`, every older KEK destroyed. A job
+    written under an old KEK while this ran is re-wrapped by a second pass before that KEK goes."""
+    kek = store.kek
+    new_id = kek.rotate()
+    old = [kid for kid in kek.ids() if kid != new_id]
+    n = store.rewrap_all(actor=actor, new_kek=new_id)
+    n_jobs = rewrap_jobs(store.db, kek)
+    retired = []
+    if retire_old:
+        for kid in old:
+            if any(kek_usage(store.db, kid)):  # a job that raced the first pass
+                n += store.rewrap_all()
+                n_jobs += rewrap_jobs(store.db, kek)
+            retire_kek(store.db, kek, kid)  # still refuses while anything uses it
+            retired.append(kid)
+    log.info("KEK rotated", extra={"kek_id": new_id, "retired": len(retired)})
+    return {"kek_id": new_id, "rewrapped": n, "rewrapped_jobs": n_jobs, "retired": retired}

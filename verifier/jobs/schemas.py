@@ -10,7 +10,8 @@ from verifier.verify.schemas import ResultOut
 
 class JobIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    texts: list[StrictStr] = Field(min_length=1, description="texts (limits: HERO_JOB_MAX_TEXTS, HERO_MAX_TEXT_CHARS)")
+    texts: list[StrictStr] = Field(min_length=1, fail_fast=True,  # one error, not one per item
+                                   description="texts (limits: HERO_JOB_MAX_TEXTS, HERO_MAX_TEXT_CHARS)")
     max_level: int | None = Field(default=None, ge=1, le=64, description="default: the role's maximum")
 
 

@@ -8,6 +8,7 @@ to the levels a caller may use (`verification_material(profile, level)` never re
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -28,6 +29,10 @@ from verifier.keys.models import KeyVersionRow
 log = logging.getLogger("hero.keys")
 
 STATUSES = ("active", "verify-only", "disabled", "destroyed")
+
+# (store, actor) -> summary. Re-wraps every data key the service holds (key rows and jobs: hence a hook the
+# composition root supplies, verifier.jobs.kek_rotation.rotate_kek) under a new KEK and retires the old ones.
+Rekey = Callable[["DbKeyStore", "Actor | None"], object]
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,10 @@ class DbKeyStore:
     event then commit together (no change without its audit record).
     """
 
-    def __init__(self, db: Database, kek: KekProvider) -> None:
+    def __init__(self, db: Database, kek: KekProvider, *, rekey: Rekey | None = None) -> None:
         self.db = db
         self.kek = kek
+        self.rekey = rekey  # destroy's second half: new KEK, every data key re-wrapped, old KEKs retired
 
     def __repr__(self) -> str:
         return f"DbKeyStore({self.db.dialect})"
@@ -232,7 +238,13 @@ class DbKeyStore:
     def destroy(
         self, profile: Profile, level: int, version: str, *, confirm: str | None, actor: Actor | None = None
     ) -> KeyVersionRow:
-        """Irreversibly drop the key material of one version. `confirm` must repeat the version id."""
+        """Irreversibly drop the key material of one version. `confirm` must repeat the version id.
+
+        Nulling the row is not enough where the database keeps old copies it cannot erase (PostgreSQL's live
+        pg_wal, WAL archives, backups): those copies hold the row's data key wrapped by a KEK. So the same
+        operation then re-keys (`rekey`): a new KEK, every remaining data key re-wrapped under it, every older
+        KEK destroyed, and any surviving copy of the destroyed row stays sealed for good. Repeating a destroy
+        of a destroyed version repeats the re-key (completing one that was interrupted)."""
         if confirm != version:
             raise KeyConfirmationMissing(f"destroying {version} is irreversible: confirm by repeating the version id")
         with self.db.session() as s:
@@ -253,6 +265,11 @@ class DbKeyStore:
         if not self.db.purge_deleted(KeyVersionRow.__tablename__):
             log.warning("old copies of a destroyed key may remain until the next checkpoint (readers busy)",
                         extra={"version": version})
+        if self.rekey is not None and hasattr(self.kek, "rotate"):
+            self.rekey(self, actor)
+        else:
+            log.warning("KEK not rotated after a destroy: copies of the row outside the table stay decryptable "
+                        "until 'hero kek rotate --retire-old'", extra={"version": version})
         log.info("key destroyed", extra={"profile": profile.name, "level": level, "version": version})
         return row
 

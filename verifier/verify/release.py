@@ -6,7 +6,9 @@
   engine reports: status, reason, fields, and any it adds later) except the bulky per-bit and
   per-segment diagnostics, and never copies a level above the caller's maximum: role filtering holds
   by construction, whatever the decoder was handed;
-- `outcome` and `audit_events`: the audit record written before any result is released.
+- `outcome` and `audit_events`: the audit record written before any result is released; each `verify` event
+  binds the result as released (`result_sha256=<hex>` in its detail: see `released_digest`), so its receipt
+  proves what was served, not only which text was asked about.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
+from pydantic import TypeAdapter
+
 from verifier.audit.service import Actor, AuditEvent
+from verifier.audit.transparency import RESULT_DIGEST_KEY, result_digest
 from verifier.auth.policy import Policy
 from verifier.auth.principal import Principal
 from verifier.errors import InvalidInput, TooLarge
 from verifier.ratelimit import RateLimiter
+from verifier.verify.schemas import ResultOut
 
 DIAGNOSTICS = frozenset({"bit_confidence", "segment_tokens", "undecoded_segments"})
 
@@ -77,6 +83,20 @@ def outcome(result: dict) -> str:
     return "not-watermarked"
 
 
+_RESULT = TypeAdapter(ResultOut)
+
+
+def released_digest(result: dict) -> str:
+    """`result_digest` of a shaped result as the API serves it: through ResultOut (its defaults filled in, keys
+    it does not declare dropped), in JSON types, so a client recomputes it from the response body."""
+    return result_digest(_RESULT.dump_python(_RESULT.validate_python(result), mode="json"))
+
+
+def _bind(detail: str | None, result: dict) -> str:
+    bound = f"{RESULT_DIGEST_KEY}={released_digest(result)}"
+    return bound if detail is None else f"{detail} {bound}"
+
+
 def audit_events(
     actor: Actor, digests: Sequence[str], results: Sequence[dict], details: Sequence[str | None] | None = None,
     action: str = "verify",
@@ -88,7 +108,7 @@ def audit_events(
         AuditEvent.of(
             actor, action, [lv["level"] for lv in r["levels"]],
             ",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in r["levels"]) or None, digest, outcome(r),
-            detail,
+            _bind(detail, r),
         )
         for digest, r, detail in zip(digests, results, details, strict=True)
     ]

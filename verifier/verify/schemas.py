@@ -10,7 +10,9 @@ from verifier.audit.schemas import ReceiptOut
 class VerifyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     texts: list[StrictStr] = Field(
-        min_length=1, description="texts to verify (UTF-8; limits: HERO_MAX_TEXTS, HERO_MAX_TEXT_CHARS)"
+        min_length=1,
+        fail_fast=True,  # one error for a list of a million non-strings, not a million error objects
+        description="texts to verify (UTF-8; limits: HERO_MAX_TEXTS, HERO_MAX_TEXT_CHARS)",
     )
     max_level: int | None = Field(
         default=None,

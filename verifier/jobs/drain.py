@@ -27,12 +27,15 @@ from verifier.engine.profile import Profile, resolve_profile
 from verifier.errors import DomainError
 from verifier.jobs import service as jobs
 from verifier.jobs.material import handed_summary, tables_for
+from verifier.keys.kek import KekUnreachable
 from verifier.keys.service import DbKeyStore
 from verifier.settings import Settings
 from verifier.verify.decode import decode_material
 from verifier.verify.release import audit_events, shape
 
 log = logging.getLogger("hero.jobs")
+
+KEK_RETRY_S = 5.0  # a job whose KEK is unreachable is drained again after this long
 
 
 def process_name(prefix: str) -> str:
@@ -223,6 +226,10 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
                 decoder = make_decoder(profile, material.tables, alpha=first.job.alpha,
                                        unavailable=material.unavailable)
                 prepare = partial(_prepare, dc.store.kek, dek, dc.tokenizer(profile.tokenizer))
+            except KekUnreachable:  # nothing is lost: the items wait, untried, until the KEK answers again
+                jobs.release(dc.db, first)
+                log.warning("KEK unreachable: job waits", extra={"job_id": job_id})
+                return DrainOutcome(0, KEK_RETRY_S)
             except DomainError as exc:
                 return _failed(dc, job_id, exc, 0)
             ahead.submit(first, prepare)

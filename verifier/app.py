@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -28,7 +28,7 @@ from verifier.context import Ctx, ServiceContext, build_context
 from verifier.errors import DomainError
 from verifier.jobs.endpoints import router as jobs_router
 from verifier.keys.endpoints import router as keys_router
-from verifier.metrics import AUDIT_FAILURES
+from verifier.metrics import AUDIT_FAILURES, exposition
 from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
 from verifier.providers.endpoints import router as providers_router
 from verifier.settings import Settings, get_settings
@@ -154,14 +154,14 @@ def _ops_routes(app: FastAPI, settings: Settings) -> None:
 
         @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
         def metrics() -> Response:
-            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+            return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
     elif settings.metrics_exposure == "auth":
 
         @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (role with metrics.read)",
                  responses={401: {}, 403: {}})
         def metrics_auth(p: Principal = Depends(require("metrics.read"))) -> Response:
-            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+            return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 # FastAPI >= 0.16x hooks OpenTelemetry into every request (spans, metrics and logs of exception messages to any

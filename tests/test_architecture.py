@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gpu", "verifier", "workers")
 
 BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
-        "verifier.secretfile", "verifier.db", "verifier.ratelimit")
+        "verifier.secretfile", "verifier.db", "verifier.ratelimit", "verifier.tracing")
 API = ("verifier.app", "verifier.middleware", "verifier.bodies", "verifier.auth.dependencies",
        "verifier.verify.fastpath")
 SERVICES = ("audit", "keys", "auth", "verify", "jobs", "providers")

@@ -32,6 +32,8 @@ from verifier.metrics import AUDIT_FAILURES, exposition
 from verifier.middleware import AccessLogMiddleware, BodyGuardMiddleware
 from verifier.providers.endpoints import router as providers_router
 from verifier.settings import Settings, get_settings
+from verifier.tracing import configure as configure_tracing
+from verifier.tracing import instrument_app
 from verifier.verify.endpoints import router as verify_router
 from verifier.verify.fastpath import PATH as FAST_PATH
 from verifier.verify.fastpath import VerifyFastPath
@@ -197,6 +199,8 @@ def create_app(
     if docs:
         install_docs(app)  # Swagger UI and ReDoc from local assets (no CDN)
     app.state.ctx = ctx
+    if configure_tracing(settings, "hero-api"):
+        instrument_app(app, ctx.db.engine)
     app.openapi = lambda: _openapi_with_error_shape(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
     _ops_routes(app, settings)

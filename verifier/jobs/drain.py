@@ -6,6 +6,7 @@ It is idempotent: a second call for a finished job, or a re-delivered message, f
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
@@ -106,7 +107,7 @@ class _Storer:
         assert self._pending is None, "one batch in flight at most"
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job-store")
-        self._pending = self._pool.submit(fn)
+        self._pending = self._pool.submit(contextvars.copy_context().run, fn)  # the drain's trace, log fields
 
     def finish(self) -> int:
         """Items the batch in flight wrote (0 if none was); its exception, if storing it failed."""
@@ -189,7 +190,7 @@ class _Ahead:
     def submit(self, c: jobs.Claim, prepare: Prepare) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job-tokenize")
-        self.queue.append((c, self._pool.submit(prepare, c)))
+        self.queue.append((c, self._pool.submit(contextvars.copy_context().run, prepare, c)))
 
     def close(self) -> None:
         for _, fut in self.queue:

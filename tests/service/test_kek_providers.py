@@ -193,3 +193,20 @@ def test_kek_down_is_503_and_nothing_is_lost(kms, make_service, tmp_path):
     assert drain(dc, jid).written == len(texts)
     _, doc = jobs.job_view(cold.ctx.db, jid)
     assert doc["status"] == "done" and [matched_version(res, 1) for res in doc["results"]] == first
+
+
+@pytest.mark.parametrize("kms", ["pkcs11"], indirect=True)
+def test_pkcs11_keks_are_sensitive_and_never_extractable(kms, make_service, sqlite_url):
+    import pkcs11
+
+    svc = make_service(sqlite_url, kek_provider=kms.name, **kms.settings)
+    provider = svc.ctx.store.kek.current
+    provider.rotate()
+    with provider._lock:
+        keys = provider._versions()
+        assert len(keys) >= 2
+        for key in keys.values():
+            assert key[pkcs11.Attribute.SENSITIVE] and not key[pkcs11.Attribute.EXTRACTABLE]
+            assert key[pkcs11.Attribute.VALUE_LEN] == 32
+            with pytest.raises(pkcs11.exceptions.PKCS11Error):  # the token refuses to hand out the key
+                key[pkcs11.Attribute.VALUE]

@@ -87,7 +87,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: str = "INFO"
-    tracing: bool = True  # OpenTelemetry spans + trace ids in logs, when the otel extra is installed (tracing.py)
+    tracing: bool = False  # OpenTelemetry spans + trace ids in logs (otel extra; tracing.py); costs per request
 
     # Test hooks (honoured only with HERO_TEST_HOOKS=1): sleep before storing each job batch, so tests can
     # kill a worker or the API process mid-job.

@@ -14,11 +14,12 @@ from verifier.logs import JsonFormatter
 pytest.importorskip("opentelemetry.sdk.trace")
 
 
-def test_request_span_sql_children_and_the_log_lines_trace_id(lite, caplog):
+def test_request_span_sql_children_and_the_log_lines_trace_id(make_service, sqlite_url, caplog):
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    lite = make_service(sqlite_url, tracing=True)
     exporter = InMemorySpanExporter()
     trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(exporter))
     buf = io.StringIO()

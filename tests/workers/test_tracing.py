@@ -28,9 +28,10 @@ def test_a_jobs_trace_id_is_in_the_api_and_the_worker_log_lines(pg_url, redis_se
     old_level = root.level
     root.setLevel(logging.INFO)
     worker = Process([sys.executable, "-m", "verifier.cli", "worker", "--pool", "solo", "--hostname", "trace@%h"],
-                     _env(hero_home, pg_url, HERO_BROKER_URL=redis_server.url), tmp_path / "worker.log")
+                     _env(hero_home, pg_url, HERO_BROKER_URL=redis_server.url, HERO_TRACING="1"),
+                     tmp_path / "worker.log")
     try:
-        svc = make_service(pg_url, broker_url=redis_server.url)
+        svc = make_service(pg_url, broker_url=redis_server.url, tracing=True)
         svc.init_keys()
         texts = make_texts(svc, 5, steps=40)
         jid = svc.submit(texts, "admin")

@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -33,8 +33,10 @@ from verifier.auth.principal import Principal
 from verifier.console.apidocs import install_docs
 from verifier.console.endpoints import router as console_router
 from verifier.errors import DomainError
-from verifier.metrics import AUDIT_FAILURES
+from verifier.metrics import AUDIT_FAILURES, exposition
 from verifier.settings import Settings, get_settings
+from verifier.tracing import configure as configure_tracing
+from verifier.tracing import instrument_app
 
 log = logging.getLogger("hero.app")
 
@@ -170,14 +172,14 @@ def _ops_routes(app: FastAPI, settings: Settings) -> None:
 
         @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
         def metrics() -> Response:
-            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+            return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
     elif settings.metrics_exposure == "auth":
 
         @app.get("/metrics", tags=["ops"], summary="Prometheus metrics (role with metrics.read)",
                  responses={401: {}, 403: {}})
         def metrics_auth(p: Principal = Depends(require("metrics.read"))) -> Response:
-            return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+            return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 # FastAPI >= 0.16x hooks OpenTelemetry into every request (spans, metrics and logs of exception messages to any
@@ -212,6 +214,8 @@ def create_app(
     if docs:
         install_docs(app)  # Swagger UI and ReDoc from local assets (no CDN)
     app.state.ctx = ctx
+    if configure_tracing(settings, "hero-api"):
+        instrument_app(app, ctx.db.engine)
     app.openapi = lambda: _openapi_with_error_shape(app)  # type: ignore[method-assign]
     _install_error_handlers(app)
     _ops_routes(app, settings)

@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from verifier.tracing import trace_id
+
 SAFE_FIELDS = (
     "request_id", "method", "path", "status", "duration_ms", "subject", "role", "profile", "level",
     "version", "texts", "error", "events", "kek_id", "job_id", "items", "worker", "jobs",
@@ -14,6 +16,7 @@ SAFE_FIELDS = (
     "provider_id", "bundle_id", "versions",  # a generation bundle issued / installed (version names only)
     "source",  # the profile a key move came from (hero keys move-profile; main logs it)
     "workers",  # server worker processes (hero serve)
+    "op",  # a KEK provider call that failed (verifier.keys.kek_*): the operation, never its data
 )
 
 
@@ -25,6 +28,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        tid = trace_id()
+        if tid is not None:  # OpenTelemetry (verifier.tracing): this line's trace, API and worker alike
+            out["trace_id"] = tid
         for k in SAFE_FIELDS:
             if hasattr(record, k):
                 out[k] = getattr(record, k)

@@ -1,8 +1,19 @@
-"""Prometheus metrics (process-wide default registry), exposed on /metrics."""
+"""Prometheus metrics (process-wide default registry), exposed on /metrics.
+
+Under `hero serve --workers N` every worker writes its samples to files in one directory (prometheus_client's
+multiprocess mode, `PROMETHEUS_MULTIPROC_DIR`, set by the supervisor before the workers start), and a scrape
+of any worker merges them: counters and histograms summed over the workers, dead ones included. Label sets
+stay bounded (route templates, status codes, roles), as in one process.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 REQUESTS = Counter("hero_http_requests_total", "HTTP requests", ["method", "route", "status"])
 REQUEST_SECONDS = Histogram("hero_http_request_seconds", "HTTP request latency", ["method", "route"])
@@ -19,3 +30,30 @@ JOB_TEXTS = Counter(
     "hero_job_texts_total", "Texts of decode jobs", ["outcome"]
 )  # outcome: submitted | decoded (stored and audited)
 JOBS = Counter("hero_jobs_total", "Decode jobs", ["outcome"])  # outcome: submitted | done | failed
+
+
+def prepare_multiprocess(home: Path) -> Path:
+    """The supervisor's part, before it starts the workers: an empty, private sample directory (an operator's
+    `PROMETHEUS_MULTIPROC_DIR`, else $HERO_HOME/metrics), exported to the workers through the environment."""
+    from verifier.secretfile import private_dir
+
+    path = Path(os.environ.get(MULTIPROC_ENV) or home / "metrics")
+    private_dir(path)
+    for old in path.glob("*.db"):  # a previous run's samples would be added to this one's
+        old.unlink()
+    os.environ[MULTIPROC_ENV] = str(path)
+    return path
+
+
+def scrape_registry() -> CollectorRegistry | None:
+    """What a scrape reads: every worker's samples merged in multiprocess mode, else None (this process's)."""
+    if not os.environ.get(MULTIPROC_ENV):
+        return None
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
+
+
+def exposition() -> bytes:
+    registry = scrape_registry()
+    return generate_latest(registry) if registry is not None else generate_latest()

@@ -23,8 +23,17 @@ class Settings(BaseSettings):
     profile: str = "default"
 
     # Keys at rest
-    kek_provider: Literal["local"] = "local"
+    kek_provider: Literal["local", "openbao", "aws-kms", "pkcs11"] = "local"
     kek_dir: Path | None = None  # default $HERO_HOME/kek
+    # openbao (VAULT_ADDR, VAULT_TOKEN, VAULT_CACERT as for Vault's CLI) and pkcs11: the key's name / label
+    kek_key_name: str = Field(default="hero", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")
+    kek_transit_mount: str = "transit"
+    kek_key_id: str | None = None  # aws-kms: key id, ARN or alias (region, credentials: the SDK's environment)
+    kek_key_label: str = Field(default="hero-kek", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")  # pkcs11
+    kek_pkcs11_module: Path | None = None  # e.g. /usr/lib/softhsm/libsofthsm2.so
+    kek_pkcs11_token: str | None = None  # token label
+    kek_pkcs11_pin_file: Path | None = None  # the user PIN, in a file only the service reads
+    kek_timeout_seconds: float = Field(default=5.0, gt=0, le=60)  # per KMS call: then 503, nothing changed
 
     # Auth
     jwks_file: Path | None = None
@@ -78,6 +87,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: str = "INFO"
+    tracing: bool = False  # OpenTelemetry spans + trace ids in logs (otel extra; tracing.py); costs per request
 
     # Test hooks (honoured only with HERO_TEST_HOOKS=1): sleep before storing each job batch, so tests can
     # kill a worker or the API process mid-job.

@@ -5,8 +5,10 @@ Settings are read once, here; the app comes from `verifier.jobs.queue.make_celer
 
 from __future__ import annotations
 
+from verifier import tracing
 from verifier.jobs.queue import make_celery
 from verifier.settings import get_settings
 
 settings = get_settings()
+tracing.configure(settings, "hero-worker")  # a drain's spans continue the trace of the POST that queued it
 app = make_celery(settings, include=["workers.tasks"])

@@ -7,6 +7,7 @@ from functools import partial
 
 from celery.signals import worker_ready
 
+from verifier import tracing
 from verifier.jobs.drain import drain
 from verifier.jobs.queue import DRAIN_TASK, send_drain
 from verifier.jobs.recovery import recovery_loop
@@ -19,7 +20,9 @@ runtime = ProcessLocal(settings)  # database, key store, policy, profiles, token
 @app.task(name=DRAIN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def drain_job(self, job_id: str) -> dict:
     """Idempotent: claims what is left of the job, decodes it in batches, stores results + audit."""
-    out = drain(runtime().drain_context("worker", settings.worker_device), str(job_id))
+    dc = runtime().drain_context("worker", settings.worker_device)
+    tracing.instrument_engine(dc.db.engine)  # once per process (the first call)
+    out = drain(dc, str(job_id))
     if out.wait is not None:  # another worker holds leases: look again when they expire
         send_drain(self.app, str(job_id), countdown=out.wait + 0.5)
     return {"written": out.written}

@@ -135,7 +135,7 @@ def test_kek_rotation_rewraps_without_changing_tables(svc, monkeypatch, capsys):
     assert main(["kek", "rotate", "--retire-old"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rewrapped"] == 2 and len(out["retired"]) == 1
-    store.kek._cache.clear()
+    store.kek.current._cache.clear()
     after = {r.version: (r.kek_id, r.wrapped_dek, r.ciphertext) for r in _rows(svc)}
     for v, (kid, wrapped, ct) in after.items():
         assert kid == out["kek_id"] != before[v][0]

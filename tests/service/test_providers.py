@@ -239,3 +239,26 @@ def test_hero_client_against_the_service(lite):
     with pytest.raises(HeroAPIError) as err:
         prov.verify(["x"])
     assert err.value.status == 403
+
+
+@pytest.mark.parametrize("key_type", ["x25519", "mlkem768-x25519"])
+def test_providers_register_their_key_type_and_get_hero_bundle_2(lite, key_type):
+    from verifier.provider import read_header
+
+    lite.init_keys()
+    sk, pk = generate_keypair(key_type)
+    body = {"provider_id": "pq", "public_key": base64.b64encode(pk).decode(), "key_type": key_type}
+    r = lite.client.post("/v1/providers", headers=lite.auth("admin", "root"), json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["key_type"] == key_type and base64.b64decode(r.json()["public_key"]) == pk
+    assert f"key {key_type} sha256:" in _events(lite, "providers.add")[0]["detail"]
+    got = _fetch(lite, "pq")
+    assert got.status_code == 200, got.text
+    header = read_header(got.json()["bundle"])
+    assert header["format"] == "hero-bundle-2" and header["key_type"] == key_type
+    opened = open_bundle(got.json()["bundle"], sk)
+    assert opened.keyset.tables == lite.ctx.store.active_keyset(lite.ctx.profile).tables
+    bad = {**body, "provider_id": "pq2", "public_key": base64.b64encode(pk[:-1]).decode()}
+    assert lite.client.post("/v1/providers", headers=lite.auth("admin", "root"), json=bad).status_code == 422
+    wrong = {**body, "provider_id": "pq3", "key_type": "rsa"}
+    assert lite.client.post("/v1/providers", headers=lite.auth("admin", "root"), json=wrong).status_code == 422

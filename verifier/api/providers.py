@@ -30,7 +30,8 @@ NO_STORE = {"Cache-Control": "no-store"}
 @router.post("/v1/providers", status_code=201, response_model=ProviderOut, summary="Register a provider",
              responses={401: {}, 403: {}, 409: {}, 422: {}, 503: {}})
 def add_provider(body: ProviderIn, ctx: Ctx, p: ProviderAdmin) -> dict:
-    return service.provider_meta(service.register(ctx.db, body.provider_id, body.public_key, p.actor, body.expires_at))
+    return service.provider_meta(service.register(ctx.db, body.provider_id, body.public_key, p.actor, body.expires_at,
+                                                  body.key_type))
 
 
 @router.get("/v1/providers", response_model=ProviderListOut, summary="List providers (public keys, status)",

@@ -10,9 +10,11 @@ from verifier.cli.common import cli_actor, cli_settings, emit, open_database
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("providers", help="register / list / revoke generation providers (sealed key bundles)")
     ps = p.add_subparsers(dest="providers_command", required=True)
-    add = ps.add_parser("add", help="register a provider and its X25519 public key")
+    add = ps.add_parser("add", help="register a provider and its public key (X25519 or ML-KEM-768 + X25519)")
     add.add_argument("--id", required=True, dest="provider_id", help="provider id (the sub of its tokens)")
-    add.add_argument("--public-key", required=True, help="base64 of the raw 32-byte X25519 public key")
+    add.add_argument("--public-key", required=True, help="base64 of the raw public key (32 bytes for x25519)")
+    add.add_argument("--key-type", default="x25519", choices=["x25519", "mlkem768-x25519"],
+                     help="the HPKE KEM bundles are sealed with (hero-bundle-2)")
     add.add_argument("--expires-at", default=None, help="ISO-8601 time after which bundle requests are refused")
     add.set_defaults(handler=cmd_add)
     ls = ps.add_parser("list", help="list providers (public keys and status)")
@@ -33,7 +35,8 @@ def cmd_add(args: argparse.Namespace) -> None:
             expires = datetime.fromisoformat(args.expires_at.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError("--expires-at must be an ISO-8601 time") from None
-    row = register(open_database(cli_settings(args)), args.provider_id, args.public_key, cli_actor(), expires)
+    row = register(open_database(cli_settings(args)), args.provider_id, args.public_key, cli_actor(), expires,
+                   args.key_type)
     emit(provider_meta(row))
 
 

@@ -121,6 +121,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from verifier.cli.serve_workers import compute_in_calling_threads
 
         compute_in_calling_threads()  # the processes are the parallelism: no thread pools in each
+        from verifier.metrics import prepare_multiprocess
+
+        prepare_multiprocess(settings.home)  # one /metrics view: every worker's samples, summed
         target, factory = "verifier.app:app_from_env", True
     else:
         from verifier.app import create_app, freeze_startup_heap
@@ -132,7 +135,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server
 
-        start_http_server(settings.metrics_port, addr=settings.metrics_host)
+        from verifier.metrics import scrape_registry
+
+        registry = scrape_registry()
+        start_http_server(settings.metrics_port, addr=settings.metrics_host,
+                          **({"registry": registry} if registry is not None else {}))
     from verifier.cli.serve_workers import run_workers  # several workers: connections dealt out in turn
 
     try:

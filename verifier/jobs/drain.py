@@ -7,6 +7,7 @@ It is idempotent: a second call for a finished job, or a re-delivered message, f
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
@@ -25,12 +26,15 @@ from verifier.engine.decoder import token_ids
 from verifier.engine.profile import Profile
 from verifier.errors import DomainError
 from verifier.jobs import service as jobs
+from verifier.keys.kek import KekUnreachable
 from verifier.keys.service import DbKeyStore
 from verifier.settings import Settings
 from verifier.verify.release import audit_events
 from verifier.verify.runner import DecodeJob, Runner
 
 log = logging.getLogger("hero.jobs")
+
+KEK_RETRY_S = 5.0  # a job whose KEK is unreachable is drained again after this long
 
 
 def process_name(prefix: str) -> str:
@@ -87,7 +91,7 @@ class _Storer:
         assert self._pending is None, "one batch in flight at most"
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job-store")
-        self._pending = self._pool.submit(fn)
+        self._pending = self._pool.submit(contextvars.copy_context().run, fn)  # the drain's trace, log fields
 
     def finish(self) -> int:
         """Items the batch in flight wrote (0 if none was); its exception, if storing it failed."""
@@ -158,7 +162,7 @@ class _Ahead:
     def submit(self, c: jobs.Claim, prepare: Prepare) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hero-job-tokenize")
-        self.queue.append((c, self._pool.submit(prepare, c)))
+        self.queue.append((c, self._pool.submit(contextvars.copy_context().run, prepare, c)))
 
     def close(self) -> None:
         for _, fut in self.queue:
@@ -192,6 +196,10 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
                 # The job's level under the policy in force now: one that tightened since fails the job (403).
                 level = dc.policy.grant(first.job.role, profile, first.job.max_level).level
                 prepare = partial(_prepare, dc.store.kek, dek, dc.runner.tokenizers(profile.tokenizer))
+            except KekUnreachable:  # nothing is lost: the items wait, untried, until the KEK answers again
+                jobs.release(dc.db, first)
+                log.warning("KEK unreachable: job waits", extra={"job_id": job_id})
+                return DrainOutcome(0, KEK_RETRY_S)
             except DomainError as exc:
                 return _failed(dc, job_id, exc, 0)
             ahead.submit(first, prepare)

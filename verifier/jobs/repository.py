@@ -90,6 +90,16 @@ def claim_items(
     return [ItemRef(*r[:5]) for r in rows], max((r[5] for r in rows), default=0)
 
 
+def release_items(s: Session, token: str) -> None:
+    """Hand a claim's items back untried (pending, this attempt not counted): the KEK was unreachable."""
+    s.execute(
+        update(_ITEMS)
+        .where(_ITEMS.c.claim_token == token, _ITEMS.c.status == "claimed")
+        .values(status="pending", claim_token=None, claimed_by=None, lease_until=None,
+                attempts=_ITEMS.c.attempts - 1)
+    )
+
+
 def start_job(s: Session, job_id: str, now: float) -> None:
     s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "queued").values(status="running",
                                                                                           updated_at=now))

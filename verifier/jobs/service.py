@@ -135,6 +135,13 @@ def claim(db: Database, job_id: str, worker: str, n: int, lease_s: float, start_
         return Claim(info, token, refs, attempts, nxt)
 
 
+def release(db: Database, claim: Claim) -> None:
+    """Give a claim back untried: its items wait, pending, for the next drain (the KEK was unreachable)."""
+    if claim.token:
+        with db.session() as s:
+            repo.release_items(s, claim.token)
+
+
 def _merge_handed(old: str | None, handed: dict[int, list[str]]) -> str:
     cur: dict[str, list[str]] = json.loads(old) if old else {}
     for lv, versions in handed.items():

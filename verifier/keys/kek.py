@@ -1,8 +1,10 @@
 """Key-encryption-key (KEK) providers: wrap/unwrap per-row data keys.
 
-`KekProvider` is the seam for Vault Transit / cloud KMS: implement `current_id`, `wrap`, `unwrap`
-(and optionally `rotate`) and select it in `make_kek_provider`. The embedded default keeps 32-byte
-AES-256 KEKs in files (mode 0600) under $HERO_HOME/kek, one file per KEK id, plus a `current` pointer.
+`KekProvider` is the seam: `current_id`, `wrap`, `unwrap`, `rotate`, `ids`, `retire`. The embedded default
+(`local`) keeps 32-byte AES-256 KEKs in files (mode 0600) under $HERO_HOME/kek, one file per KEK id, plus a
+`current` pointer; OpenBao/Vault transit, AWS KMS and PKCS#11 HSMs live in `kek_openbao`, `kek_awskms` and
+`kek_pkcs11`; `KekRouter` wraps with the configured one (`HERO_KEK_PROVIDER`) and unwraps with the one that
+made a stored KEK id.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import logging
 import re
 import secrets
 import threading
+from importlib import import_module
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
@@ -32,6 +36,14 @@ class KekError(Unavailable):
     public_detail = "key material is unavailable (KEK)"
 
 
+class KekUnreachable(KekError):
+    """The KEK service cannot be reached (down, timed out, sealed, refused our token): transient. Nothing was
+    changed; callers answer 503 and retry, queued jobs wait for it (`verifier.jobs.drain`)."""
+
+    public_detail = "the key service (KEK provider) is unreachable; retry later"
+    headers = MappingProxyType({"Retry-After": "5"})
+
+
 class KekProvider(Protocol):
     def current_id(self) -> str: ...
 
@@ -39,12 +51,19 @@ class KekProvider(Protocol):
 
     def unwrap(self, kek_id: str, wrapped: bytes, aad: bytes) -> bytes: ...
 
+    def rotate(self) -> str: ...
+
+    def ids(self) -> list[str]: ...
+
+    def retire(self, kek_id: str) -> None: ...
+
 
 class LocalKekProvider:
     """KEKs in local files. wrapped = nonce(12) || AES-256-GCM(KEK, nonce, dek, aad)."""
 
     def __init__(self, directory: Path, *, create: bool = True) -> None:
         self.dir = Path(directory)
+        self.configured = create  # False: a migration's source (KekRouter), whose last KEK may be retired
         if create:
             private_dir(self.dir)
         self._lock = threading.Lock()
@@ -104,7 +123,7 @@ class LocalKekProvider:
         return sorted(p.stem for p in self.dir.glob("local-*.key"))
 
     def retire(self, kek_id: str) -> None:
-        if kek_id == self.current_id():
+        if self.configured and kek_id == self.current_id():
             raise KekError("cannot retire the current KEK")
         path = self.dir / f"{kek_id}.key"
         if path.exists():
@@ -116,8 +135,82 @@ class LocalKekProvider:
             self._cache.pop(kek_id, None)
 
 
+# -- routing between providers --------------------------------------------------------------------------------
+# The service wraps with the configured provider (`HERO_KEK_PROVIDER`) and unwraps with whichever provider made
+# the stored KEK id (its prefix), so a migration between providers is one `hero kek rotate`: switch the
+# provider, keep the old one's settings (files, address, key) in place, rotate; every row is unwrapped by its old
+# provider and wrapped by the new one; `--retire-old` then removes what the service itself may remove (local KEK
+# files, HSM key objects). Providers are loaded by module name, on first use only.
+# name in HERO_KEK_PROVIDER -> (KEK id prefix, "module:factory(settings)")
+PROVIDERS: dict[str, tuple[str, str]] = {
+    "local": ("local-", "verifier.keys.kek:_local"),
+    "openbao": ("openbao-", "verifier.keys.kek_openbao:from_settings"),
+    "aws-kms": ("awskms-", "verifier.keys.kek_awskms:from_settings"),
+    "pkcs11": ("pkcs11-", "verifier.keys.kek_pkcs11:from_settings"),
+}
+
+
+def _local(settings, *, current: bool = True) -> KekProvider:
+    # Only the configured local provider creates a first KEK; as a migration's source it only reads files.
+    return LocalKekProvider(settings.kek_path, create=current)
+
+
+def provider_of(kek_id: str) -> str:
+    for name, (prefix, _) in PROVIDERS.items():
+        if kek_id.startswith(prefix):
+            return name
+    raise KekError("KEK id names no known provider")
+
+
+class KekRouter:
+    """Thread-safe; one per process. Rotation and retirement act on the configured provider."""
+
+    def __init__(self, settings) -> None:
+        self.settings = settings
+        self.name: str = settings.kek_provider
+        self._lock = threading.Lock()
+        self._built: dict[str, KekProvider] = {}
+        self.current = self._provider(self.name)
+
+    def __repr__(self) -> str:
+        return f"KekRouter({self.name!r})"
+
+    __str__ = __repr__
+
+    def _provider(self, name: str) -> KekProvider:
+        with self._lock:
+            if name not in self._built:
+                if name not in PROVIDERS:
+                    raise KekError(f"unknown KEK provider {name!r}")
+                module, _, factory = PROVIDERS[name][1].partition(":")
+                make = getattr(import_module(module), factory)
+                self._built[name] = make(self.settings, current=name == self.name)
+            return self._built[name]
+
+    def current_id(self) -> str:
+        return self.current.current_id()
+
+    def wrap(self, dek: bytes, aad: bytes) -> tuple[str, bytes]:
+        return self.current.wrap(dek, aad)
+
+    def unwrap(self, kek_id: str, wrapped: bytes, aad: bytes) -> bytes:
+        return self._provider(provider_of(kek_id)).unwrap(kek_id, wrapped, aad)
+
+    def rotate(self) -> str:
+        return self.current.rotate()
+
+    def ids(self) -> list[str]:
+        """The KEK ids the service may retire: the configured provider's, and local files left by a migration."""
+        out = list(self.current.ids())
+        if self.name != "local" and (self.settings.kek_path / "current").exists():
+            out += self._provider("local").ids()
+        return out
+
+    def retire(self, kek_id: str) -> None:
+        self._provider(provider_of(kek_id)).retire(kek_id)
+
+
 def make_kek_provider(settings) -> KekProvider:
+    """The configured provider, behind a router that unwraps ids made by any other (a migration's old rows)."""
     private_dir(settings.home)  # HERO_HOME: 0700, whatever the umask
-    if settings.kek_provider == "local":
-        return LocalKekProvider(settings.kek_path)
-    raise KekError(f"unknown KEK provider {settings.kek_provider!r}")  # pragma: no cover
+    return KekRouter(settings)

@@ -1,7 +1,14 @@
-"""Sealed generation-key bundles (format `hero-bundle-1`, docs/providers.md): one module for both sides.
+"""Sealed generation-key bundles (formats `hero-bundle-2` and `hero-bundle-1`, docs/providers.md): one module
+for both sides.
 
-The service seals the active key table of every level to a provider's registered X25519 public key; the
-provider opens it with its private key. HPKE-style single-shot sealing (RFC 9180 base mode in spirit):
+The service seals the active key table of every level to a provider's registered public key; the provider
+opens it with its private key. `hero-bundle-2` (what the service issues) is RFC 9180 HPKE from `cryptography`
+(`hpke_keys`: X25519, or the hybrid ML-KEM-768 + X25519), the header bound through HPKE's `info`:
+
+    bundle = "HRB2" || u32be(len(header)) || header || enc || AES-256-GCM ciphertext   (HPKE single-shot)
+    info   = "HeRo generation bundle v2" || 0x00 || SHA-256(every byte before enc)
+
+`hero-bundle-1` (still opened) was a hand-made HPKE-style schedule over X25519:
 
     enc    = ephemeral X25519 public key (32 bytes)
     key    = HKDF-SHA256(ikm = X25519(eph, pkR), salt = enc || pkR, info = "HeRo generation bundle v1", L = 32)
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import struct
@@ -33,6 +41,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from verifier.engine.keys import KEY_BYTES, KeySet, KeyTable
 from verifier.engine.profile import Profile, ProfileError, profile_from_dict
+from verifier.provider import hpke_keys
 
 MAGIC = b"HRB1"
 FORMAT = "hero-bundle-1"
@@ -41,6 +50,9 @@ HKDF_INFO = b"HeRo generation bundle v1"
 NONCE_BYTES = 12
 X25519_BYTES = 32
 MAX_HEADER_BYTES = 64 * 1024
+MAGIC2 = b"HRB2"
+FORMAT2 = "hero-bundle-2"
+INFO2_LABEL = b"HeRo generation bundle v2\x00"
 
 
 class BundleError(ValueError):
@@ -58,14 +70,20 @@ def _b64decode(data: str | bytes) -> bytes:
         raise BundleError("bundle is not valid base64") from None
 
 
-def generate_keypair() -> tuple[bytes, bytes]:
-    """A provider's (private, public) raw 32-byte X25519 key pair; register the public half (base64)."""
-    sk = X25519PrivateKey.generate()
-    return _raw_private(sk), _raw_public(sk.public_key())
+def generate_keypair(key_type: str = "x25519") -> tuple[bytes, bytes]:
+    """A provider's (private, public) raw key pair of `key_type` (`x25519`: 32/32 bytes; `mlkem768-x25519`:
+    96/1216); register the public half (base64) with the same key type."""
+    try:
+        return hpke_keys.generate(key_type)
+    except ValueError as exc:
+        raise BundleError(str(exc)) from None
 
 
 def public_key_of(private_key: bytes) -> bytes:
-    return _raw_public(_private(private_key).public_key())
+    try:
+        return hpke_keys.public_of(bytes(private_key))
+    except ValueError as exc:
+        raise BundleError(str(exc)) from None
 
 
 def _raw_private(sk: X25519PrivateKey) -> bytes:
@@ -82,8 +100,15 @@ def _private(raw: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(bytes(raw))
 
 
-def parse_public_key(data: str | bytes) -> bytes:
-    """Raw 32-byte X25519 public key from base64 (or raw bytes); rejects keys no exchange can use."""
+def parse_public_key(data: str | bytes, key_type: str = "x25519") -> bytes:
+    """Raw public key of `key_type` from base64 (or raw bytes); rejects keys no exchange can use."""
+    if key_type != "x25519":
+        try:
+            raw = data if isinstance(data, bytes) else base64.b64decode(data, validate=True)
+            hpke_keys.public_key(key_type, raw)
+        except (binascii.Error, ValueError, TypeError) as exc:
+            raise BundleError(f"public_key is not a usable {key_type} public key (base64): {exc}") from None
+        return bytes(raw)
     raw = data if isinstance(data, bytes) and len(data) == X25519_BYTES else None
     if raw is None:
         try:
@@ -180,15 +205,56 @@ def seal_bundle(
     return prefix + AESGCM(key).encrypt(nonce, encode_tables(keyset), prefix)
 
 
+def seal_bundle_v2(header: Mapping[str, Any], keyset: KeySet, recipient_public: bytes,
+                   key_type: str = "x25519") -> bytes:
+    """`hero-bundle-2`: the tables sealed with RFC 9180 HPKE to `recipient_public` (of `key_type`)."""
+    try:
+        kt = hpke_keys.key_type(key_type)
+    except ValueError as exc:
+        raise BundleError(str(exc)) from None
+    hdr = canonical_header({**header, "format": FORMAT2, "key_type": kt.name, "kem": kt.kem_name,
+                            "kdf": hpke_keys.KDF_NAME, "aead": hpke_keys.AEAD_NAME})
+    if len(hdr) > MAX_HEADER_BYTES:
+        raise BundleError("bundle header is too large")
+    prefix = MAGIC2 + struct.pack(">I", len(hdr)) + hdr
+    try:
+        return prefix + hpke_keys.seal(kt.name, recipient_public, encode_tables(keyset), info_v2(prefix))
+    except ValueError as exc:
+        raise BundleError(f"recipient key: {exc}") from None
+
+
+def info_v2(prefix: bytes) -> bytes:
+    """HPKE `info` of a `hero-bundle-2`: binds magic, header length and header (`prefix`)."""
+    return INFO2_LABEL + hashlib.sha256(prefix).digest()
+
+
+def _split_v2(raw: bytes) -> tuple[dict[str, Any], bytes, bytes]:
+    """(header, prefix, enc || ciphertext) of a `hero-bundle-2`."""
+    (hlen,) = struct.unpack_from(">I", raw, 4) if len(raw) >= 8 else (None,)
+    if hlen is None or hlen > MAX_HEADER_BYTES or len(raw) < 8 + hlen + X25519_BYTES + 16:
+        raise BundleError("bundle is truncated")
+    prefix = raw[: 8 + hlen]
+    try:
+        header = json.loads(raw[8 : 8 + hlen])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BundleError("bundle header is not JSON") from None
+    kt = hpke_keys.KEY_TYPES.get(header.get("key_type")) if isinstance(header, dict) else None
+    if (kt is None or header.get("format") != FORMAT2 or header.get("kem") != kt.kem_name
+            or header.get("kdf") != hpke_keys.KDF_NAME or header.get("aead") != hpke_keys.AEAD_NAME):
+        raise BundleError(f"unsupported bundle format (expected {FORMAT2} with a known suite)")
+    return header, prefix, raw[8 + hlen :]
+
+
 def read_header(bundle: str | bytes) -> dict[str, Any]:
     """The header, unauthenticated (for routing and display): trust it only after `open_bundle`."""
-    return _split(_as_bytes(bundle))[0]
+    raw = _as_bytes(bundle)
+    return _split_v2(raw)[0] if raw[:4] == MAGIC2 else _split(raw)[0]
 
 
 def _as_bytes(bundle: str | bytes) -> bytes:
     if isinstance(bundle, str):
         return _b64decode(bundle)
-    if isinstance(bundle, bytes | bytearray) and bytes(bundle[:4]) == MAGIC:
+    if isinstance(bundle, bytes | bytearray) and bytes(bundle[:4]) in (MAGIC, MAGIC2):
         return bytes(bundle)
     if isinstance(bundle, bytes | bytearray):
         return _b64decode(bytes(bundle))
@@ -250,21 +316,17 @@ class GenerationBundle:
 def open_bundle(
     bundle: str | bytes, private_key: bytes, *, now: datetime | None = None, allow_expired: bool = False
 ) -> GenerationBundle:
-    """Open a sealed bundle with the provider's raw 32-byte X25519 private key.
+    """Open a sealed bundle (`hero-bundle-2` or `-1`) with the provider's raw private key.
 
     Raises BundleError on a wrong key or any altered byte (header included: it is the AEAD's associated
     data), on tables that do not match the header's profile and versions, and BundleExpired after
     `expires_at` (unless `allow_expired`).
     """
     raw = _as_bytes(bundle)
-    header, enc, nonce, aad, ciphertext = _split(raw)
-    sk = _private(private_key)
-    recipient = _raw_public(sk.public_key())
-    try:
-        key = _derive_key(sk.exchange(X25519PublicKey.from_public_bytes(enc)), enc, recipient)
-        plaintext = AESGCM(key).decrypt(nonce, ciphertext, aad)
-    except (InvalidTag, ValueError):
-        raise BundleError("bundle does not open: wrong private key, or the bundle was altered") from None
+    if raw[:4] == MAGIC2:
+        header, plaintext = _open_v2(raw, private_key)
+    else:
+        header, plaintext = _open_v1(raw, private_key)
     try:
         profile = profile_from_dict(header["profile"])
     except (KeyError, TypeError, ProfileError) as exc:
@@ -285,6 +347,28 @@ def open_bundle(
     if not allow_expired and bundle_obj.expired(now):
         raise BundleExpired(f"bundle {bundle_obj.bundle_id} expired at {bundle_obj.expires_at.isoformat()}")
     return bundle_obj
+
+
+def _open_v2(raw: bytes, private_key: bytes) -> tuple[dict[str, Any], bytes]:
+    header, prefix, sealed = _split_v2(raw)
+    try:
+        kt, plaintext = hpke_keys.open_sealed(bytes(private_key), sealed, info_v2(prefix))
+    except ValueError:
+        raise BundleError("bundle does not open: wrong private key, or the bundle was altered") from None
+    if kt.name != header["key_type"]:  # authenticated: `info` covers the header
+        raise BundleError("bundle key_type does not match the private key")
+    return header, plaintext
+
+
+def _open_v1(raw: bytes, private_key: bytes) -> tuple[dict[str, Any], bytes]:
+    header, enc, nonce, aad, ciphertext = _split(raw)
+    sk = _private(private_key)
+    recipient = _raw_public(sk.public_key())
+    try:
+        key = _derive_key(sk.exchange(X25519PublicKey.from_public_bytes(enc)), enc, recipient)
+        return header, AESGCM(key).decrypt(nonce, ciphertext, aad)
+    except (InvalidTag, ValueError):
+        raise BundleError("bundle does not open: wrong private key, or the bundle was altered") from None
 
 
 def _check_tables(profile: Profile, keyset: KeySet, declared: Any) -> dict[int, str]:

@@ -1,4 +1,4 @@
-"""ORM row of a registered provider: its X25519 public key (public data) and lifecycle."""
+"""ORM row of a registered provider: its public key and key type (public data) and lifecycle."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ class ProviderRow(Base):
     __table_args__ = (CheckConstraint("status IN ('active', 'revoked')", name="ck_hero_providers_status"),)
 
     provider_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    public_key: Mapped[bytes] = mapped_column(LargeBinary(32), nullable=False)
+    public_key: Mapped[bytes] = mapped_column(LargeBinary(2048), nullable=False)
+    key_type: Mapped[str] = mapped_column(String(32), nullable=False, server_default="x25519")  # hpke_keys
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     created_by: Mapped[str] = mapped_column(String(256), nullable=False)

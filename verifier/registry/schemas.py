@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,14 +14,18 @@ class ProviderIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     provider_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
                              description="the `sub` of the provider's tokens")
-    public_key: str = Field(min_length=1, max_length=128,
-                            description="base64 of the raw 32-byte X25519 public key bundles are sealed to")
+    public_key: str = Field(min_length=1, max_length=2048,
+                            description="base64 of the raw public key bundles are sealed to (32 bytes for x25519, "
+                                        "1216 for mlkem768-x25519)")
+    key_type: Literal["x25519", "mlkem768-x25519"] = Field(
+        default="x25519", description="the HPKE KEM of hero-bundle-2: X25519, or the hybrid ML-KEM-768 + X25519")
     expires_at: datetime | None = Field(default=None, description="after this, bundle requests get 403")
 
 
 class ProviderOut(BaseModel):
     provider_id: str
     public_key: str
+    key_type: str
     status: str = Field(description="active | revoked")
     created_at: str | None
     created_by: str
@@ -38,7 +43,7 @@ class BundleIn(BaseModel):
 
 
 class BundleOut(BaseModel):
-    bundle: str = Field(description="base64 of the sealed bundle (format hero-bundle-1, docs/providers.md)")
+    bundle: str = Field(description="base64 of the sealed bundle (format hero-bundle-2, docs/providers.md)")
     etag: str = Field(description="send back as If-None-Match: 304 while the key set is unchanged")
     bundle_id: str
     profile: str

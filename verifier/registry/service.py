@@ -24,7 +24,7 @@ from verifier.engine.profile import Profile
 from verifier.errors import Conflict, Forbidden, InvalidInput, NotFound
 from verifier.keys.decodable import iso
 from verifier.keys.service import DbKeyStore
-from verifier.provider.bundle import BundleError, canonical_header, parse_public_key, seal_bundle
+from verifier.provider.bundle import BundleError, canonical_header, parse_public_key, seal_bundle_v2
 from verifier.registry import repository as repo
 from verifier.registry.models import ProviderRow
 
@@ -56,6 +56,7 @@ def provider_meta(row: ProviderRow) -> dict[str, object]:
     return {
         "provider_id": row.provider_id,
         "public_key": base64.b64encode(row.public_key).decode(),
+        "key_type": row.key_type,
         "status": row.status,
         "created_at": iso(row.created_at),
         "created_by": row.created_by,
@@ -69,12 +70,13 @@ def _event(actor: Actor, action: str, detail: str, levels=(), key_version: str |
 
 
 def register(
-    db: Database, provider_id: str, public_key: str, actor: Actor, expires_at: datetime | None = None
+    db: Database, provider_id: str, public_key: str, actor: Actor, expires_at: datetime | None = None,
+    key_type: str = "x25519",
 ) -> ProviderRow:
     if not PROVIDER_ID_RE.match(provider_id or ""):
         raise InvalidInput(f"provider_id must match {PROVIDER_ID_RE.pattern}")
     try:
-        raw = parse_public_key(public_key)
+        raw = parse_public_key(public_key, key_type)
     except BundleError as exc:
         raise InvalidInput(str(exc)) from None
     now = _now()
@@ -89,12 +91,13 @@ def register(
         with db.session() as s:
             if repo.get(s, provider_id) is not None:
                 raise Conflict(f"provider {provider_id!r} is already registered")
-            row = ProviderRow(provider_id=provider_id, public_key=raw, status="active", created_at=now,
+            row = ProviderRow(provider_id=provider_id, public_key=raw, key_type=key_type, status="active",
+                              created_at=now,
                               created_by=actor.subject[:256], expires_at=expires_at)
             s.add(row)
             s.flush()
             fpr = hashlib.sha256(raw).hexdigest()[:16]
-            append_or_fail(s, [_event(actor, "providers.add", f"provider {provider_id} key sha256:{fpr}")])
+            append_or_fail(s, [_event(actor, "providers.add", f"provider {provider_id} key {key_type} sha256:{fpr}")])
     except IntegrityError:
         raise Conflict(f"provider {provider_id!r} is already registered") from None
     log.info("provider registered", extra={"provider_id": provider_id})
@@ -206,7 +209,7 @@ def issue_bundle(
         "bundle_id": bundle_id, "provider_id": provider.provider_id, "profile": profile.to_dict(),
         "key_versions": versions, "issued_at": now.isoformat(), "expires_at": expires_at.isoformat(), "etag": etag,
     }
-    sealed = seal_bundle(header, keyset, provider.public_key)
+    sealed = seal_bundle_v2(header, keyset, provider.public_key, provider.key_type)
     del keyset
     event = _event(
         actor, "keys.bundle",

@@ -72,8 +72,10 @@ class BodyGuardMiddleware:
         unauth_limit: int = 1024,
         protected_prefix: str = "/v1/",
         recall: Recall | None = None,
+        notes: dict[str, str] | None = None,
     ) -> None:
         self.app = app
+        self.notes = dict(notes or {})  # path -> the path's other limits, said with the body limit (one 413 says all)
         self.recall = recall
         self.limit = limit
         self.authenticate = authenticate
@@ -108,7 +110,8 @@ class BodyGuardMiddleware:
             BODY_REJECTIONS.labels("unauthenticated").inc()
             return await _send_json(send, 401, why or "invalid token", [(b"www-authenticate", b"Bearer")])
         limit = self.overrides.get(path, self.limit) if claims is not None else self.unauth_limit
-        msg = f"request body too large (limit {limit} bytes)"
+        note = self.notes.get(path) if claims is not None else None
+        msg = f"request body too large (limit {limit} bytes{'; ' + note if note else ''})"
         if declared is not None and declared > limit:
             BODY_REJECTIONS.labels("too_large").inc()
             return await _send_json(send, 413, msg)

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--levels", default="1", help="levels to decode: '1' or '1,2' (must start at 1)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text")
-    src.add_argument("--file", help="file holding the text ('-' = stdin)")
+    src.add_argument("--file", help="file holding the text: the whole file is one text, blank lines included "
+                                    "('-' = stdin)")
     p.add_argument("--alpha", type=float, default=None,
                    help=f"significance for 'watermarked' (local decode; default {DEFAULT_ALPHA:g})")
     p.add_argument("--url", default=None,
@@ -107,6 +108,9 @@ def cmd_decode(args: argparse.Namespace) -> None:
 
 def decode_local(args: argparse.Namespace, text: str, max_level: int) -> None:
     from verifier.engine.decoder import DecodeError, Decoder
+    from verifier.verify.release import check_texts
+
+    check_texts([text], 1, cli_settings(args).max_text_chars)  # the service's limit (HERO_MAX_TEXT_CHARS), here too
 
     profile = resolve_profile(args.profile)
     if max_level > profile.depth:
@@ -117,13 +121,13 @@ def decode_local(args: argparse.Namespace, text: str, max_level: int) -> None:
         raise DecodeError(f"no usable keys for level {max(tables) + 1}")
     from verifier.audit.service import AuditEvent, record, text_digest
     from verifier.lm import load_tokenizer
-    from verifier.verify.release import outcome
+    from verifier.verify.release import named_versions, outcome
 
     decoder = Decoder(profile, tables, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha)
     (result,) = decoder.decode_texts([text], load_tokenizer(profile.tokenizer))
     out = result.to_dict()
     actor = cli_actor()
-    versions = ",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in out["levels"]) or None
+    versions = named_versions(out["levels"])
     # A disclosure like any other: audited (and committed) before anything is printed, or nothing is.
     record(store.db, [AuditEvent("decode", actor.subject, actor.role, actor.jti, list(range(1, max_level + 1)),
                                  versions, text_digest(text), outcome(out))])

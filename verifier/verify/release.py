@@ -37,12 +37,17 @@ def charge_quota(limiter: RateLimiter, policy: Policy, principal: Principal, n: 
     limiter.charge(principal.role, f"{principal.iss}:{principal.sub}", role.limits if role else None, n)
 
 
+def text_limits(max_texts: int, max_chars: int) -> str:
+    """Both text limits in words: every answer about one limit names the others too (one answer, not three)."""
+    return f"at most {max_texts} text{'s' if max_texts != 1 else ''} per request and {max_chars} characters per text"
+
+
 def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
     if len(texts) > max_texts:
-        raise TooLarge(f"too many texts: {len(texts)} (at most {max_texts} per request)")
+        raise TooLarge(f"too many texts: {len(texts)} ({text_limits(max_texts, max_chars)})")
     for i, t in enumerate(texts):
         if len(t) > max_chars:
-            raise TooLarge(f"text {i} is too long: {len(t)} characters (at most {max_chars})")
+            raise TooLarge(f"text {i} is too long: {len(t)} characters ({text_limits(max_texts, max_chars)})")
         if not t.strip():
             raise InvalidInput(f"text {i} is empty")
         try:
@@ -85,6 +90,12 @@ def outcome(result: dict) -> str:
     return "not-watermarked"
 
 
+def named_versions(levels: Sequence[dict]) -> str | None:
+    """The key versions a result names (e.g. "l1-v2,l2-v1"), None when it names none. Each carries its level, so a
+    level that matched no version is simply left out (there is no version "l1-none" to show)."""
+    return ",".join(lv["key_version"] for lv in levels if lv["key_version"]) or None
+
+
 def audit_events(
     actor: Actor, digests: Sequence[str], results: Sequence[dict], details: Sequence[str | None] | None = None
 ) -> list[AuditEvent]:
@@ -97,7 +108,7 @@ def audit_events(
             role=actor.role,
             jti=actor.jti,
             levels=[lv["level"] for lv in r["levels"]],
-            key_version=",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in r["levels"]) or None,
+            key_version=named_versions(r["levels"]),
             text_sha256=digest,
             outcome=outcome(r),
             detail=detail,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
+import pytest
 from prometheus_client import REGISTRY
 
 from verifier.auth.principal import Principal
@@ -148,7 +149,20 @@ def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode_and_locally
 
     lite.ctx.settings = lite.settings.model_copy(update={"dev_mode": False})
     assert remote.post("/console/dev-token?role=admin").status_code == 404
-    assert remote.get("/console/config").json() == {"dev_mode": False, "roles": [], "alpha": cfg["alpha"]}
+    assert remote.get("/console/config").json() == {"dev_mode": False, "roles": [], "alpha": cfg["alpha"],
+                                                     "audit_actions": cfg["audit_actions"]}
+
+
+def test_the_audit_actions_come_from_one_list(lite):
+    """The console's audit filter offers what AUDIT_ACTIONS lists, and an event can name nothing else: an action
+    added without joining the list fails at once, so the filter can never miss it again."""
+    from verifier.audit.service import AUDIT_ACTIONS, AuditEvent
+
+    assert lite.client.get("/console/config").json()["audit_actions"] == list(AUDIT_ACTIONS)
+    assert {"verify.evidence", "keys.bundle", "providers.add", "providers.revoke", "keys.move_profile"} <= set(
+        AUDIT_ACTIONS)
+    with pytest.raises(ValueError, match="unknown audit action"):
+        AuditEvent("keys.frobnicate", "s", "admin", "j")
 
 
 def test_docs_and_redoc_load_only_local_assets(lite):

@@ -35,8 +35,8 @@ from verifier.audit.verification import ChainReport, verify_chain
 from verifier.db import Database
 from verifier.errors import Unavailable
 
-__all__ = ["GENESIS", "HASHED_FIELDS", "Actor", "AuditEvent", "AuditUnavailable", "ChainReport", "append",
-           "append_or_fail", "compute_hash", "record", "record_with_receipts", "row_fields", "verify_chain"]
+__all__ = ["AUDIT_ACTIONS", "GENESIS", "HASHED_FIELDS", "Actor", "AuditEvent", "AuditUnavailable", "ChainReport",
+           "append", "append_or_fail", "compute_hash", "record", "record_with_receipts", "row_fields", "verify_chain"]
 
 
 
@@ -56,6 +56,12 @@ class Actor:
     jti: str
 
 
+# Every action an audit event may name: the one list (the console's audit filter and the docs come from it).
+AUDIT_ACTIONS = ("verify", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate", "keys.disable",
+                 "keys.enable", "keys.destroy", "keys.move_profile", "keys.bundle", "kek.rotate", "providers.add",
+                 "providers.revoke")
+
+
 @dataclass
 class AuditEvent:
     action: str
@@ -67,6 +73,10 @@ class AuditEvent:
     text_sha256: str | None = None
     outcome: str = "ok"
     detail: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in AUDIT_ACTIONS:  # a new action is added to AUDIT_ACTIONS, so every list shows it
+            raise ValueError(f"unknown audit action {self.action!r}")
 
 
 

@@ -56,7 +56,8 @@ class Actor:
     jti: str
 
 
-# Every action an audit event may name: the one list (the console's audit filter and the docs come from it).
+# Every action the service records: the one list (the console's audit filter comes from it; tests/service/
+# test_console_api.py checks that every action named where events are made is here).
 AUDIT_ACTIONS = ("verify", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate", "keys.disable",
                  "keys.enable", "keys.destroy", "keys.move_profile", "keys.bundle", "kek.rotate", "providers.add",
                  "providers.revoke")
@@ -73,10 +74,6 @@ class AuditEvent:
     text_sha256: str | None = None
     outcome: str = "ok"
     detail: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.action not in AUDIT_ACTIONS:  # a new action is added to AUDIT_ACTIONS, so every list shows it
-            raise ValueError(f"unknown audit action {self.action!r}")
 
 
 

@@ -17,10 +17,11 @@ def _req(*texts: str):
 
 
 def test_async_callers_share_one_loop_call_per_batch(monkeypatch):
-    gate = threading.Event()
+    gate, started = threading.Event(), threading.Event()
 
     def process(reqs):
-        gate.wait(10)
+        started.set()
+        gate.wait(600)
         return [ValueError("bad") if r.job.texts[0] == "bad" else [{"text": t} for t in r.job.texts] for r in reqs]
 
     b = Batcher(process, window_s=0.05)
@@ -36,11 +37,14 @@ def test_async_callers_share_one_loop_call_per_batch(monkeypatch):
 
         monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
         first = asyncio.ensure_future(b.verify(_req("warm")))  # the worker takes this one alone and waits
-        await asyncio.sleep(0.05)
+        for _ in range(60_000):  # until the worker holds it (an event, not a fixed sleep: any machine speed);
+            if started.is_set():  # polled on the loop, as a thread hand-off would add a loop call of its own
+                break
+            await asyncio.sleep(0.01)
         tasks = [asyncio.ensure_future(b.verify(_req(f"t{i}"))) for i in range(5)]
         bad = asyncio.ensure_future(b.verify(_req("bad")))
         gone = asyncio.ensure_future(b.verify(_req("gone")))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # any wait: the seven callers queue at their first step on the loop
         gone.cancel()  # the client went away while its batch was being served
         gate.set()
         assert await first == [{"text": "warm"}]

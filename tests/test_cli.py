@@ -58,6 +58,18 @@ def test_decode_without_keys_fails_cleanly(capsys):
     assert code != 0 and "keys init" in err
 
 
+def test_local_decode_applies_the_services_text_limit(capsys, tmp_path, monkeypatch):
+    """`hero decode` takes no longer text than the service would (HERO_MAX_TEXT_CHARS), and says its limits."""
+    big = tmp_path / "big.txt"
+    big.write_text("word " * 4001)  # 20005 characters: one over the default 20000
+    code, out, err = run(capsys, "decode", "--levels", "1", "--file", str(big))
+    assert code == 2 and out is None and "Traceback" not in err
+    assert "text 0 is too long: 20005 characters (at most 1 text per request and 20000 characters per text)" in err
+    monkeypatch.setenv("HERO_MAX_TEXT_CHARS", "30000")
+    code, _, err = run(capsys, "decode", "--levels", "1", "--file", str(big))
+    assert code != 0 and "too long" not in err and "keys init" in err  # within the limit: on to the keys
+
+
 def test_subprocess_error_has_no_traceback(tmp_path):
     env = {**os.environ, "HERO_HOME": str(tmp_path)}
     proc = subprocess.run(

@@ -39,7 +39,7 @@ def _received(chan: socket.socket, wait: float = 0.3) -> list[socket.socket]:
     return out
 
 
-def _until(pred, timeout: float = 5.0) -> None:
+def _until(pred, timeout: float = 120.0) -> None:  # polled: a bound for a loaded machine
     deadline = time.monotonic() + timeout
     while not pred():
         assert time.monotonic() < deadline, "timed out"
@@ -169,7 +169,7 @@ def test_serve_splits_connections_evenly_and_a_replacement_takes_its_share():
     proc = subprocess.Popen([sys.executable, "-c", RUN.format(port=port)], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 600  # polled: a bound for a loaded machine, not a speed target
         while True:  # the first answer comes only once both workers are up
             try:
                 first = _pids(port, 1)
@@ -185,9 +185,9 @@ def test_serve_splits_connections_evenly_and_a_replacement_takes_its_share():
 
         dead, alive = workers
         os.kill(dead, signal.SIGKILL)
-        _until(lambda: len(set(_workers(parent)) - {dead}) == 2, timeout=60)
+        _until(lambda: len(set(_workers(parent)) - {dead}) == 2, timeout=600)
         (new,) = set(_workers(parent)) - {dead, alive}
-        _until(lambda: set(_pids(port, 2)) == {alive, new}, timeout=60)  # the replacement serves once ready
+        _until(lambda: set(_pids(port, 2)) == {alive, new}, timeout=600)  # the replacement serves once ready
         assert _pids(port, 8) == Counter({alive: 4, new: 4})
     finally:
         proc.send_signal(signal.SIGTERM)

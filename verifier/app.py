@@ -225,11 +225,16 @@ def create_app(
         route = next((r for r in verify_router.routes if getattr(r, "path", None) == FAST_PATH
                       and "POST" in getattr(r, "methods", ())), None)
         app.add_middleware(VerifyFastPath, ctx=ctx, handlers=app.exception_handlers, route=route)
+    from verifier.verify.release import text_limits  # each path's text limits, said with its body limit (413)
+
     app.add_middleware(
         BodyGuardMiddleware,
         limit=settings.max_body_bytes,
         overrides={"/v1/jobs": settings.job_max_body_bytes},
         unauth_limit=settings.unauth_max_body_bytes,
+        notes={"/v1/verify": text_limits(settings.max_texts, settings.max_text_chars),
+               "/v1/verify/evidence": text_limits(1, settings.max_text_chars),
+               "/v1/jobs": text_limits(settings.job_max_texts, settings.max_text_chars)},
         authenticate=_authenticator(ctx),
         recall=ctx.tokens.cached,
         may_override=lambda claims: "verify" in getattr(ctx.policy.role(claims.role), "actions", ()),

@@ -39,10 +39,12 @@ class Service:
         self.app = client.app
         self.ctx = client.app.state.ctx
 
-    def token(self, role: str, sub: str = "alice", ttl: int = 600, **extra) -> str:
+    def token(self, role: str, sub: str = "alice", ttl: int | None = None, **extra) -> str:
+        """A dev token; by default it lives as long as the settings allow (a day), far beyond any test run, so
+        a test that holds one across slow steps (a loaded machine) never meets its expiry."""
         from verifier.auth.devkeys import mint_token
 
-        return mint_token(self.settings, role, sub, ttl, **extra)
+        return mint_token(self.settings, role, sub, ttl or self.settings.jwt_max_ttl_seconds, **extra)
 
     def auth(self, role: str, sub: str = "alice") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(role, sub)}"}

@@ -50,7 +50,7 @@ class RedisServer:
         )
         import redis
 
-        deadline = time.time() + 10
+        deadline = time.time() + 120  # polled: a bound for a loaded machine
         while time.time() < deadline:
             try:
                 redis.Redis(port=self.port, socket_connect_timeout=0.5).ping()
@@ -87,7 +87,7 @@ class JobService(Service):
         assert r.status_code == 200, r.text
         return r.json()
 
-    def wait_done(self, job_id: str, timeout: float = 60, role: str = "admin", sub: str | None = None) -> dict:
+    def wait_done(self, job_id: str, timeout: float = 600, role: str = "admin", sub: str | None = None) -> dict:
         deadline = time.time() + timeout
         while time.time() < deadline:
             doc = self.job(job_id, role, sub)
@@ -149,7 +149,7 @@ class ApiServer(Process):
         super().__init__([sys.executable, "-m", "verifier.cli", "serve", "--port", str(port)], env, log)
         self.url = f"http://127.0.0.1:{port}"
 
-    def wait_ready(self, timeout: float = 120) -> None:
+    def wait_ready(self, timeout: float = 600) -> None:
         import httpx
 
         deadline = time.time() + timeout

@@ -115,7 +115,7 @@ def test_events_pagination(svc):
     assert [e["idx"] for e in page["events"]] == [3, 4]
     ev = page["events"][0]
     assert ev["action"] == "verify" and ev["role"] == "auditor" and ev["levels"] == [1, 2]
-    assert len(ev["text_sha256"]) == 64 and ev["key_version"] == "l1-none,l2-none"  # plain text matches no version
+    assert len(ev["text_sha256"]) == 64 and ev["key_version"] is None  # plain text names no version
 
 
 def test_fail_closed_when_audit_append_fails(lite, monkeypatch):

@@ -46,7 +46,7 @@ def server(tmp_path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 600  # polled: a bound for a loaded machine, not a speed target
         while True:
             try:
                 if httpx.get(base + "/healthz", timeout=1).status_code == 200:
@@ -128,7 +128,7 @@ def test_unauthenticated_63mb_body_is_never_read(server):
     out = _run(base, port, proc, "")
     assert out["status"] in (401, None), out  # 401 sent before the body; the client may see the hang-up first
     assert out["rss_growth_mb"] < 100, out
-    assert out["worst_healthz_s"] < 0.2, out
+    assert out["worst_healthz_s"] < 0.2 + 5 * out["idle_worst_s"], out  # scaled by this machine's own noise
     metrics = httpx.get(base + "/metrics").text
     assert 'hero_body_rejections_total{reason="unauthenticated"} 1.0' in metrics
 
@@ -138,14 +138,15 @@ def test_authenticated_63mb_nested_body_is_refused_without_building_it(server):
     from verifier.settings import Settings
 
     base, port, proc, env = server
-    token = mint_token(Settings(home=Path(env["HERO_HOME"]), dev_mode=True), "moderator", "mallory")
+    settings = Settings(home=Path(env["HERO_HOME"]), dev_mode=True)
+    token = mint_token(settings, "moderator", "mallory", settings.jwt_max_ttl_seconds)
     out = _run(base, port, proc, f"Authorization: Bearer {token}\r\n")
     assert out["status"] == 422, out
     # The body itself (63 MB, within HERO_JOB_MAX_BODY_BYTES) is held once; nothing is built from it.
     assert out["rss_growth_mb"] < 100 + BODY_BYTES / 2**20, out
     # Copying 63 MB in and decoding it happen in C either way; parsing runs in a thread. Measured 0.08 s on an
     # idle 2-core machine, up to 0.4 s at load average 12; today's main: > 4 s. The bound leaves CI headroom.
-    assert out["worst_healthz_s"] < 1.0, out
+    assert out["worst_healthz_s"] < 1.0 + 5 * out["idle_worst_s"], out  # a loaded machine's noise on top
 
 
 INTS = r"""

@@ -149,7 +149,43 @@ def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode_and_locally
 
     lite.ctx.settings = lite.settings.model_copy(update={"dev_mode": False})
     assert remote.post("/console/dev-token?role=admin").status_code == 404
-    assert remote.get("/console/config").json() == {"dev_mode": False, "roles": [], "alpha": cfg["alpha"]}
+    assert remote.get("/console/config").json() == {"dev_mode": False, "roles": [], "alpha": cfg["alpha"],
+                                                     "audit_actions": cfg["audit_actions"]}
+
+
+def _recorded_actions() -> set[str]:
+    """Every action literal the service's code passes where it makes an audit event: AuditEvent(action=... or first
+    argument), and the keys / providers helpers that build one (_audit(s, actor, ACTION, ..), _event(actor, ACTION))."""
+    import ast
+    from pathlib import Path
+
+    import verifier
+
+    position = {"AuditEvent": 0, "_event": 1, "_audit": 2}
+    found: set[str] = set()
+    for path in Path(verifier.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", None))
+            if name not in position:
+                continue
+            args = [kw.value for kw in node.keywords if kw.arg == "action"]
+            args += node.args[position[name] : position[name] + 1]
+            found |= {a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+    return found
+
+
+def test_the_audit_actions_come_from_one_list(lite):
+    """The console's audit filter offers what AUDIT_ACTIONS lists, and that list holds every action the code
+    records (an action added without joining the list fails here, so the filter can never miss it again)."""
+    from verifier.audit.service import AUDIT_ACTIONS
+
+    assert lite.client.get("/console/config").json()["audit_actions"] == list(AUDIT_ACTIONS)
+    recorded = _recorded_actions()
+    assert {"verify", "verify.evidence", "keys.bundle", "providers.add", "providers.revoke", "keys.move_profile",
+            "kek.rotate", "decode", "jobs.read", "keys.destroy"} <= recorded, recorded
+    assert recorded == set(AUDIT_ACTIONS), recorded ^ set(AUDIT_ACTIONS)
 
 
 def test_docs_and_redoc_load_only_local_assets(lite):

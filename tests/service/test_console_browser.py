@@ -232,7 +232,7 @@ def test_job_submitted_from_a_file_shows_progress_and_downloads_results(browser,
         "name": "texts.json", "mimeType": "application/json", "buffer": json.dumps({"texts": texts}).encode()}])
     page.get_by_role("button", name="Submit job").click()
     box = page.locator("[data-testid=job-progress]")
-    box.get_by_text("done").wait_for(timeout=60_000)
+    box.get_by_text("done").wait_for(timeout=600_000)
     bar = box.locator("progress")
     assert bar.get_attribute("value") == bar.get_attribute("max") == "2"
     page.wait_for_selector("#job-detail article.result")

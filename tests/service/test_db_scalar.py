@@ -78,7 +78,11 @@ def test_a_connection_dropped_while_idle_is_replaced_not_failed(pg_db, pg_url, m
     base = pg_url.replace("postgresql+psycopg://", "postgresql://").split("?")[0]
     with psycopg.connect(base, autocommit=True) as admin:  # the server drops it (restart, proxy timeout)
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    time.sleep(0.2)
+        deadline = time.monotonic() + 120  # until it is gone (polled: a bound, not a speed target)
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline, "the backend was not terminated"
+            time.sleep(0.01)
+    time.sleep(0.1)  # idle longer than the 0.05 s ping threshold
     assert pg_db.scalar("SELECT pg_backend_pid()") != pid  # pinged on checkout, found dead, replaced: no error
 
 

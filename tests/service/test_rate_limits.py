@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -67,6 +68,7 @@ def test_subject_quota_per_minute_and_day(make_service, sqlite_url, tmp_path, mo
 
 def test_role_quota_and_other_roles_unaffected(make_service, sqlite_url, tmp_path):
     svc = make_service(sqlite_url, roles_file=_roles(tmp_path, {"role_texts_per_minute": 4}))
+    svc.ctx.limiter.clock = lambda: 1_800_000_010.0  # all in one minute window, however slow the machine
     svc.init_keys()
     assert _verify(svc, "a", 2).status_code == 200
     assert _verify(svc, "b", 2).status_code == 200
@@ -102,7 +104,8 @@ def test_redis_counters_are_shared_between_processes():
 
     url = _redis_url()
     limits = RoleLimits(texts_per_minute=3)
-    a, b = RateLimiter(RedisCounter(url)), RateLimiter(RedisCounter(url))  # two API processes
+    frozen = time.time() + 3600  # one minute window however slow the machine; its Redis keys live past the test
+    a, b = RateLimiter(RedisCounter(url), lambda: frozen), RateLimiter(RedisCounter(url), lambda: frozen)  # 2 APIs
     sub = uuid.uuid4().hex
     a.charge("moderator", sub, limits, 2)
     with pytest.raises(RateLimited):

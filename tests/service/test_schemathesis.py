@@ -20,7 +20,7 @@ def fuzz_app(hero_home, tmp_path):
     app = create_app(s, tokenizer_loader=cached_tokenizer_loader)
     from verifier.auth.devkeys import mint_token
 
-    app.state.fuzz_token = mint_token(s, "admin", "fuzzer", 3600)
+    app.state.fuzz_token = mint_token(s, "admin", "fuzzer", s.jwt_max_ttl_seconds)  # outlives any slow run
     app.state.ctx.store.initialize(app.state.ctx.profile)
     app.state.ctx.tokenizers(app.state.ctx.profile.tokenizer)  # load once, outside request timeouts
     return app

@@ -235,7 +235,7 @@ def test_batches_slow_against_the_lease_are_claimed_one_at_a_time(sqlite_url, ma
     jid = _job(svc, 8)
     svc.init_keys()
     dc = _context(svc, 2)
-    dc.lease_s, dc.delay_s = 1.0, 0.6  # two batches outlast the lease
+    dc.lease_s, dc.delay_s = 3.0, 1.8  # two batches outlast the lease; 1.2 s left for a decode on a loaded machine
     assert drain(dc, jid).written == 8
     with db.session() as s:
         attempts = list(s.scalars(select(JobItemRow.attempts).where(JobItemRow.job_id == jid)))

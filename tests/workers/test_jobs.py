@@ -113,7 +113,7 @@ def test_unfinished_inprocess_job_is_resumed_when_the_api_starts(sqlite_url, mak
 
     caplog.set_level(logging.INFO, logger="hero.jobs")
     second = make_service(sqlite_url, job_lease_seconds=5)  # starting up resumes the job
-    doc = second.wait_done(jid, timeout=60)
+    doc = second.wait_done(jid)
     assert doc["results"] == second.verify_inline(texts, "admin")
     assert jobs.complete(db, dead, [{}] * 2, [AuditEvent("verify", "x", "admin", "j")] * 2, {}) == 0  # too late
     items, audited = _items(db, jid)
@@ -137,7 +137,7 @@ def test_api_killed_mid_job_completes_exactly_once_after_restart(sqlite_url, mak
     r = httpx.post(f"{api.url}/v1/jobs", json={"texts": texts}, headers=svc.auth("admin", "admin-1"), timeout=30)
     assert r.status_code == 202, r.text
     jid = r.json()["job_id"]
-    deadline = time.time() + 90
+    deadline = time.time() + 600  # polled: a bound for a loaded machine, not a speed target
     while svc.job(jid)["progress"]["done"] < 16:  # first batch of 16 stored, the second being decoded
         assert time.time() < deadline, "the API process made no progress"
         time.sleep(0.05)
@@ -147,7 +147,7 @@ def test_api_killed_mid_job_completes_exactly_once_after_restart(sqlite_url, mak
     assert svc.job(jid)["status"] == "running" and svc.job(jid)["progress"]["done"] < 48
 
     start_api(sqlite_url)
-    doc = svc.wait_done(jid, timeout=120)
+    doc = svc.wait_done(jid)
     assert doc["progress"] == {"total": 48, "done": 48}
     assert doc["results"] == svc.verify_inline(texts, "admin")
     items, audited = _items(svc.ctx.db, jid)
@@ -172,12 +172,10 @@ def test_closing_the_inprocess_dispatcher_stops_the_running_drain_and_waits(sqli
     def done() -> int:
         return sum(st == "done" for _, st, _, _ in _items(db, jid)[0])
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # polled: a bound for a loaded machine
     while done() < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    t0 = time.monotonic()
-    svc.ctx.jobs.close()
-    assert time.monotonic() - t0 < 10  # one batch boundary, not the whole job
+    svc.ctx.jobs.close()  # returns at one batch boundary, not after the whole job (done() < 12 below)
     after = done()
     time.sleep(1.0)  # three more batches' time: a drain still running would store them
     assert done() == after < 12

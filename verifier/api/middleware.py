@@ -74,9 +74,11 @@ class BodyGuardMiddleware:
         protected_prefix: str = "/v1/",
         recall: Recall | None = None,
         may_override: Callable[[Any], bool] | None = None,
+        notes: dict[str, str] | None = None,
     ) -> None:
         self.app = app
         self.may_override = may_override  # claims -> may this caller use the per-path limits (a role that verifies)
+        self.notes = dict(notes or {})  # path -> the path's other limits, said with the body limit (one 413 says all)
         self.recall = recall
         self.limit = limit
         self.authenticate = authenticate
@@ -114,13 +116,15 @@ class BodyGuardMiddleware:
         if claims is None and path.startswith(self.protected_prefix):
             BODY_REJECTIONS.labels("unauthenticated").inc()
             return await _send_json(send, 401, why or "invalid token", [(b"www-authenticate", b"Bearer")])
+        note = None
         if claims is None:
             limit = self.unauth_limit
         elif path in self.overrides and (self.may_override is None or self.may_override(claims)):
             limit = self.overrides[path]
+            note = self.notes.get(path)
         else:  # e.g. a provider token or an unknown role on /v1/jobs: the route will refuse it; read little
             limit = self.limit
-        msg = f"request body too large (limit {limit} bytes)"
+        msg = f"request body too large (limit {limit} bytes{'; ' + note if note else ''})"
         if declared is not None and declared > limit:
             BODY_REJECTIONS.labels("too_large").inc()
             return await _send_json(send, 413, msg)

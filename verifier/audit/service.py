@@ -35,8 +35,8 @@ from verifier.audit.verification import ChainReport, verify_chain
 from verifier.db import Database
 from verifier.errors import Unavailable
 
-__all__ = ["GENESIS", "HASHED_FIELDS", "Actor", "AuditEvent", "AuditUnavailable", "ChainReport", "append",
-           "append_or_fail", "compute_hash", "record", "record_with_receipts", "row_fields", "verify_chain"]
+__all__ = ["AUDIT_ACTIONS", "GENESIS", "HASHED_FIELDS", "Actor", "AuditEvent", "AuditUnavailable", "ChainReport",
+           "append", "append_or_fail", "compute_hash", "record", "record_with_receipts", "row_fields", "verify_chain"]
 
 
 
@@ -54,6 +54,13 @@ class Actor:
     subject: str
     role: str
     jti: str
+
+
+# Every action the service records: the one list (the console's audit filter comes from it; tests/service/
+# test_console_api.py checks that every action named where events are made is here).
+AUDIT_ACTIONS = ("verify", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate", "keys.disable",
+                 "keys.enable", "keys.destroy", "keys.move_profile", "keys.bundle", "kek.rotate", "providers.add",
+                 "providers.revoke")
 
 
 @dataclass

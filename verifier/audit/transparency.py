@@ -493,8 +493,20 @@ def open_checkpoint(note: str, vkey: str | NoteVerifier, origin: str | None = No
 
 # -- receipts -------------------------------------------------------------------------------------
 def event_leaf(event: dict[str, object]) -> bytes:
-    """Leaf hash of an audit event given as its hashed fields (what a receipt's `event` holds)."""
+    """Leaf hash of an audit event given as its hashed fields (what a receipt's `event` holds). `levels` is hashed
+    as stored ("1,2"): a receipt shows it as a list ([1, 2], as /v1/audit/events does), older receipts as the string."""
+    levels = event.get("levels")
+    if isinstance(levels, list):
+        event = {**event, "levels": ",".join(str(x) if type(x) is int else repr(x) for x in levels)}
     return leaf_hash(canonical(event))
+
+
+def _shown(event: dict[str, object]) -> dict[str, object]:
+    """The event as a receipt shows it: `levels` as a list of ints (the stored "1,2" is hashed, not shown)."""
+    levels = event.get("levels")
+    if isinstance(levels, str) and all(x.isdigit() for x in levels.split(",") if x):
+        return {**event, "levels": [int(x) for x in levels.split(",") if x]}
+    return event
 
 
 def make_receipt(event: dict[str, object], index: int, proof: Sequence[bytes], checkpoint_note: str) -> dict:
@@ -507,7 +519,7 @@ def b64(h: bytes) -> str:
 
 def receipt_of(event: dict[str, object], index: int, proof_b64: list[str], checkpoint_note: str) -> dict:
     """A receipt from its parts, the proof already in base64 (the one place that fixes its keys and their order)."""
-    return {"leaf_index": index, "inclusion_proof": proof_b64, "checkpoint": checkpoint_note, "event": event}
+    return {"leaf_index": index, "inclusion_proof": proof_b64, "checkpoint": checkpoint_note, "event": _shown(event)}
 
 
 RESULT_DIGEST_KEY = "result_sha256"

@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--levels", default="1", help="levels to decode: '1' or '1,2' (must start at 1)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text")
-    src.add_argument("--file", help="file holding the text ('-' = stdin)")
+    src.add_argument("--file", help="file holding the text: the whole file is one text, blank lines included "
+                                    "('-' = stdin)")
     p.add_argument("--alpha", type=float, default=None,
                    help="significance for 'watermarked' (local decode; default HERO_ALPHA, 1e-4)")
     p.add_argument("--url", default=None,
@@ -111,7 +112,7 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
     from verifier.audit.service import record, text_digest
     from verifier.auth.policy import OPERATOR
     from verifier.lm import TokenizerCache
-    from verifier.verify.release import audit_events
+    from verifier.verify.release import audit_events, check_texts
     from verifier.verify.runner import DecodeJob, Runner
     from verifier.verify.schemas import ResultOut
 
@@ -119,6 +120,7 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
     profile = resolve_profile(args.profile)
     if level > profile.depth:
         raise ValueError(f"profile {profile.name!r} has only {profile.depth} levels")
+    check_texts([text], 1, settings.max_text_chars)  # the service's limit (HERO_MAX_TEXT_CHARS), here too
     grant = OPERATOR.grant(profile, level)
     alpha = settings.alpha if args.alpha is None else args.alpha
     store = open_store(settings)

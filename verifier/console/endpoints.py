@@ -42,6 +42,7 @@ class ConsoleConfig(BaseModel):
     dev_mode: bool = Field(description="dev-mode sign-in buttons available (HERO_DEV_MODE=1)")
     roles: list[str] = Field(description="roles of the policy (dev sign-in offers these)")
     alpha: float = Field(description="significance threshold of `watermarked` (HERO_ALPHA)")
+    audit_actions: list[str] = Field(description="every action an audit event may name (the audit log's filter)")
 
 
 class DevToken(BaseModel):
@@ -62,8 +63,10 @@ def asset(name: str) -> Response:
 
 @router.get("/config", response_model=ConsoleConfig, summary="What the console's sign-in page needs")
 def config(ctx: Ctx) -> dict:
+    from verifier.audit.service import AUDIT_ACTIONS
+
     return {"dev_mode": ctx.settings.dev_mode, "roles": sorted(ctx.policy.roles) if ctx.settings.dev_mode else [],
-            "alpha": ctx.settings.alpha}
+            "alpha": ctx.settings.alpha, "audit_actions": list(AUDIT_ACTIONS)}
 
 
 @router.get("/whoami", response_model=WhoAmI, summary="The caller's subject, role, level and actions",

@@ -35,12 +35,17 @@ def charge_quota(limiter: RateLimiter, policy: Policy, principal: Principal, n: 
     limiter.charge(principal.role, f"{principal.iss}:{principal.sub}", role.limits if role else None, n)
 
 
+def text_limits(max_texts: int, max_chars: int) -> str:
+    """Both text limits in words: every answer about one limit names the others too (one answer, not three)."""
+    return f"at most {max_texts} text{'s' if max_texts != 1 else ''} per request and {max_chars} characters per text"
+
+
 def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
     if len(texts) > max_texts:
-        raise TooLarge(f"too many texts: {len(texts)} (at most {max_texts} per request)")
+        raise TooLarge(f"too many texts: {len(texts)} ({text_limits(max_texts, max_chars)})")
     for i, t in enumerate(texts):
         if len(t) > max_chars:
-            raise TooLarge(f"text {i} is too long: {len(t)} characters (at most {max_chars})")
+            raise TooLarge(f"text {i} is too long: {len(t)} characters ({text_limits(max_texts, max_chars)})")
         if not t.strip():
             raise InvalidInput(f"text {i} is empty")
         try:
@@ -97,6 +102,12 @@ def _bind(detail: str | None, result: dict) -> str:
     return bound if detail is None else f"{detail} {bound}"
 
 
+def named_versions(levels: Sequence[dict]) -> str | None:
+    """The key versions a result names (e.g. "l1-v2,l2-v1"), None when it names none. Each carries its level, so a
+    level that matched no version is simply left out (there is no version "l1-none" to show)."""
+    return ",".join(lv["key_version"] for lv in levels if lv["key_version"]) or None
+
+
 def audit_events(
     actor: Actor, digests: Sequence[str], results: Sequence[dict], details: Sequence[str | None] | None = None,
     action: str = "verify",
@@ -107,7 +118,7 @@ def audit_events(
     return [
         AuditEvent.of(
             actor, action, [lv["level"] for lv in r["levels"]],
-            ",".join(lv["key_version"] or f"l{lv['level']}-none" for lv in r["levels"]) or None, digest, outcome(r),
+            named_versions(r["levels"]), digest, outcome(r),
             _bind(detail, r),
         )
         for digest, r, detail in zip(digests, results, details, strict=True)

@@ -2,7 +2,7 @@
 "use strict";
 (function () {
   const TOKEN_KEY = "hero.console.token";
-  const state = { me: null, config: null, jobsOffset: 0, auditAfter: 0, pollTimer: null };
+  const state = { me: null, config: null, jobsOffset: 0, auditAfter: 0, pollTimer: null, page: null, jobTexts: {} };
   const $ = (id) => document.getElementById(id);
 
   // DOM builder: text nodes only (no HTML parsing of strings), so nothing from a response is ever parsed as HTML.
@@ -59,7 +59,7 @@
   function oneIn(p) {
     if (p <= 0) return "practically never";
     const n = 1 / p;
-    if (n < 1e6) return "about once in " + Math.round(n).toLocaleString("en");
+    if (n < 1e6) return "about once in " + Math.round(n).toLocaleString("en") + " texts";
     const e = Math.floor(Math.log10(n));
     return "about once in 10^" + e + " texts";
   }
@@ -88,9 +88,21 @@
   }
 
   // ---- result rendering ---------------------------------------------------------------------------
-  function renderResult(res, text, index) {
+  function excerpt(text) {
+    const flat = text.replace(/\s+/g, " ").trim();
+    const chars = Array.from(flat);  // code points: never half of a character outside the BMP
+    return chars.length > 140 ? chars.slice(0, 140).join("") + "…" : flat;
+  }
+
+  // `index`/`total`: the card's place among a job's results (numbered as in the file); `text` when known.
+  function renderResult(res, text, index, total) {
     const alpha = state.config ? state.config.alpha : 1e-4;
     const card = el("article", { class: "card result", "aria-label": "Result" + (index !== undefined ? " " + (index + 1) : "") });
+    if (index !== undefined) {
+      card.append(el("h4", { class: "result-no", "data-testid": "result-number" }, "Text " + (index + 1) + (total ? " of " + total : "")));
+      card.append(el("p", { class: "excerpt", "data-testid": "result-excerpt" },
+        text ? "“" + excerpt(text) + "”" : "(text not shown: it was submitted from another browser tab or session)"));
+    }
     const cls = res.watermarked ? "yes" : (res.flags && res.flags.length ? "warn" : "no");
     card.append(el("div", { class: "verdict " + cls, "data-testid": "verdict" },
       el("strong", {}, res.watermarked ? "Watermarked" : "No watermark found"),
@@ -109,7 +121,7 @@
         el("p", { class: "muted" }, "Proof that this disclosure is in the signed audit log; check it offline with the log's public key (docs/transparency.md)."),
         el("pre", {}, JSON.stringify(res.receipt, null, 1))));
     }
-    if (text) card.append(el("details", {}, el("summary", {}, "Text"), el("pre", { class: "text" }, text)));
+    if (text && index === undefined) card.append(el("details", {}, el("summary", {}, "Text"), el("pre", { class: "text" }, text)));
     return card;
   }
 
@@ -152,6 +164,8 @@
     if (!PAGES.includes(page)) page = "verify";
     if (!state.me && token()) await loadMe();
     if (!allowed(page)) page = state.me ? "verify" : "signin";
+    if (state.page !== null && state.page !== page) say("");  // a status line belongs to the page that set it
+    state.page = page;
     for (const p of PAGES) $("page-" + p).hidden = p !== page;
     for (const a of document.querySelectorAll("nav a")) {
       if (a.dataset.page === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
@@ -168,7 +182,8 @@
   async function loadMe() {
     try {
       state.me = (await api("GET", "/console/whoami")).data;
-      $("who-text").textContent = state.me.subject + " (" + state.me.role + ", levels 1–" + state.me.max_level + ")";
+      const levels = state.me.max_level === 1 ? "level 1" : "levels 1–" + state.me.max_level;
+      $("who-text").textContent = state.me.subject + " (" + state.me.role + ", " + levels + ")";
     } catch (e) {
       sessionStorage.removeItem(TOKEN_KEY);
       state.me = null;
@@ -179,16 +194,17 @@
   function signOut(msg) {
     sessionStorage.removeItem(TOKEN_KEY);
     state.me = null;
-    say(msg || "Signed out.");
+    state.jobTexts = {};
     location.hash = "#signin";
     route();
+    say(msg || "Signed out.");  // after the page change, which clears the previous page's line
   }
 
   async function signIn(t) {
     sessionStorage.setItem(TOKEN_KEY, t.trim());
     state.me = null;
     await loadMe();
-    if (state.me) { say("Signed in as " + state.me.role + "."); location.hash = "#verify"; await route(); $("main").focus(); }
+    if (state.me) { location.hash = "#verify"; await route(); say("Signed in as " + state.me.role + "."); $("main").focus(); }
   }
 
   // verify
@@ -245,18 +261,27 @@
     } catch (e) { say("Evidence failed: " + e.message, true); }
   }
 
-  function readFile(input) {
+  function readOne(f) {
     return new Promise((resolve, reject) => {
-      const f = input.files && input.files[0];
-      if (!f) { reject(new Error("choose a file")); return; }
       const r = new FileReader();
       r.onload = () => resolve({ name: f.name, text: String(r.result) });
       r.onerror = () => reject(new Error("cannot read " + f.name));
       r.readAsText(f, "utf-8");
     });
   }
+  function readFile(input) {
+    const f = input.files && input.files[0];
+    return f ? readOne(f) : Promise.reject(new Error("choose a file"));
+  }
+  function readFiles(input) {
+    const files = Array.from(input.files || []);
+    return files.length ? Promise.all(files.map(readOne)) : Promise.reject(new Error("choose a file"));
+  }
 
-  function parseTexts(name, raw) {
+  // How a file becomes texts (the form says the same): .jsonl = one JSON string (or {"text"}) per line; .json = a
+  // list of strings or {"texts": [...]}; anything else = the whole file is one text, unless a separator is given:
+  // then the file is split at every line that is exactly that separator. Blank lines never split a text.
+  function parseTexts(name, raw, separator) {
     const lower = name.toLowerCase();
     if (lower.endsWith(".jsonl")) return raw.split("\n").filter((l) => l.trim()).map((l) => {
       const v = JSON.parse(l); return typeof v === "string" ? v : v.text;
@@ -265,7 +290,14 @@
       const v = JSON.parse(raw);
       return Array.isArray(v) ? v : v.texts;
     }
-    return raw.split(/\n\s*\n/).map((t) => t.trim()).filter(Boolean);
+    if (!separator) return raw.trim() ? [raw] : [];  // as `hero decode --file`: the file, unchanged, is the text
+    const parts = [];
+    let cur = [];
+    for (const line of raw.split("\n")) {
+      if (line.trim() === separator) { parts.push(cur.join("\n")); cur = []; } else cur.push(line);
+    }
+    parts.push(cur.join("\n"));
+    return parts.filter((t) => t.trim());
   }
 
   // jobs
@@ -276,15 +308,20 @@
   }
   async function onJobSubmit(ev) {
     ev.preventDefault();
-    let texts;
+    let texts = [];
     try {
-      const f = await readFile($("job-file"));
-      texts = parseTexts(f.name, f.text);
-      if (!Array.isArray(texts) || !texts.length || texts.some((t) => typeof t !== "string")) throw new Error("no texts found");
+      const separator = $("job-separator").value.trim();
+      for (const f of await readFiles($("job-file"))) {
+        const part = parseTexts(f.name, f.text, separator);
+        if (!Array.isArray(part) || part.some((t) => typeof t !== "string")) throw new Error(f.name + ": not a list of texts");
+        texts = texts.concat(part);
+      }
+      if (!texts.length) throw new Error("no texts found");
     } catch (e) { say("Cannot use this file: " + e.message, true); return; }
     try {
       const { data, response } = await api("POST", "/v1/jobs", { texts });
-      say("Job submitted: " + texts.length + " texts.");
+      state.jobTexts[data.job_id] = texts;  // this tab's own copy, to label the results (the API never returns texts)
+      say("Job submitted: " + texts.length + (texts.length === 1 ? " text." : " texts."));
       watchJob(response.headers.get("Location") || "/v1/jobs/" + data.job_id);
       loadJobs(true);
     } catch (e) { say("Submit failed: " + e.message, true); }
@@ -319,7 +356,7 @@
     const box = $("job-detail");
     box.replaceChildren(el("h3", {}, "Results of job " + data.job_id.slice(0, 8)),
       data.receipt ? el("p", { class: "muted" }, "This read is audited (jobs.read, event #" + (data.receipt.leaf_index + 1) + ").") : null,
-      ...(data.results || []).map((r, i) => renderResult(r, null, i)));
+      ...(data.results || []).map((r, i, all) => renderResult(r, (state.jobTexts[data.job_id] || [])[i] || null, i, all.length)));
   }
 
   async function loadJobs(reset) {
@@ -398,6 +435,11 @@
     for (const name of ["since", "until"]) if (f.elements[name].value) q.set(name, f.elements[name].value + "Z");
     return q;
   }
+  // Key versions an event names; older events recorded "l1-none" for a level that matched none: not a version.
+  function versionsText(kv) {
+    const named = (kv || "").split(",").filter((v) => v && !/^l\d+-none$/.test(v));
+    return named.length ? named.join(", ") : "—";
+  }
   async function loadAudit(reset) {
     if (reset) state.auditAfter = 0;
     const q = auditQuery();
@@ -410,7 +452,7 @@
       for (const e of data.events) {
         body.append(el("tr", {}, el("td", {}, e.idx), el("td", {}, e.created_at.slice(0, 19).replace("T", " ")),
           el("td", {}, e.action), el("td", {}, e.subject), el("td", {}, e.role), el("td", {}, e.levels.join(", ")),
-          el("td", {}, e.key_version || ""), el("td", {}, e.outcome), el("td", {}, e.detail || "")));
+          el("td", {}, versionsText(e.key_version)), el("td", {}, e.outcome), el("td", {}, e.detail || "")));
       }
       if (!body.rows.length) body.append(el("tr", {}, el("td", { colspan: 9 }, "No matching events.")));
       if (data.next_after !== null) state.auditAfter = data.next_after;
@@ -425,7 +467,7 @@
 
   // ---- wiring -------------------------------------------------------------------------------------
   async function start() {
-    try { state.config = (await api("GET", "/console/config")).data; } catch (e) { state.config = { dev_mode: false, roles: [], alpha: 1e-4 }; }
+    try { state.config = (await api("GET", "/console/config")).data; } catch (e) { state.config = { dev_mode: false, roles: [], alpha: 1e-4, audit_actions: [] }; }
     if (state.config.dev_mode) {
       $("dev-signin").hidden = false;
       for (const role of state.config.roles) {
@@ -435,6 +477,7 @@
         } }, "Sign in as " + role));
       }
     }
+    for (const a of state.config.audit_actions || []) $("f-action").append(el("option", {}, a));
     $("signin-form").addEventListener("submit", (ev) => { ev.preventDefault(); signIn($("token").value); });
     $("signout").addEventListener("click", () => signOut());
     $("verify-form").addEventListener("submit", onVerify);

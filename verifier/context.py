@@ -23,6 +23,7 @@ from verifier.jobs.drain import DrainContext, profile_lookup
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
+from verifier.lm_weights import model_aware_scorer
 from verifier.ratelimit import RateLimiter, make_rate_limiter
 from verifier.secretfile import private_dir
 from verifier.settings import Settings
@@ -80,7 +81,8 @@ def build_context(
             return DrainContext.from_settings(settings, db, store, policy, profiles, tokenizers, worker="api-inprocess")
 
         jobs = InProcessDispatcher(db, drain_context)
-    runner = runner or InProcessRunner(store, tokenizers, settings.alpha)
+    runner = runner or InProcessRunner(store, tokenizers, settings.alpha,
+                                       scorer=model_aware_scorer(settings.model_aware, settings.worker_device))
     ctx = ServiceContext(settings=settings, db=db, store=store, tokens=TokenVerifier(settings), policy=policy,
                          profile=profile, tokenizers=tokenizers, runner=runner, jobs=jobs,
                          signer=signer_from_settings(settings), limiter=make_rate_limiter(settings))

@@ -28,6 +28,7 @@ from verifier.errors import DomainError
 from verifier.jobs import service as jobs
 from verifier.jobs.material import handed_summary, tables_for
 from verifier.keys.service import DbKeyStore
+from verifier.lm_weights import model_aware_scorer
 from verifier.settings import Settings
 from verifier.verify.decode import decode_material
 from verifier.verify.release import audit_events, shape
@@ -68,6 +69,7 @@ class DrainContext:
     device: str = "cpu"
     delay_s: float = 0.0  # test hook only (Settings.drain_delay_s): sleep before storing each batch
     stop: threading.Event | None = None  # set on shutdown: the drain returns at its next batch boundary
+    scorer: Any = None  # model-aware scoring (HERO_MODEL_AWARE=1: verifier.lm_weights.ModelAwareScorer)
 
     def __repr__(self) -> str:
         return f"DrainContext(worker={self.worker!r}, batch={self.batch_size})"
@@ -81,6 +83,7 @@ class DrainContext:
             db=db, store=store, profiles=profiles, tokenizer=tokenizer, policy=policy, worker=process_name(worker),
             batch_size=settings.job_batch_size, lease_s=settings.job_lease_seconds,
             max_attempts=settings.job_max_attempts, device=device, delay_s=settings.drain_delay_s,
+            scorer=model_aware_scorer(settings.model_aware, device),
         )
 
 
@@ -236,7 +239,7 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             try:
                 texts, ids = prepared.result()
                 raw = decode_material(material, profile, texts, c.job.alpha, _Tokenized(ids), dc.device,
-                                      decoder if dc.device == "cpu" else None)
+                                      decoder if dc.device == "cpu" else None, scorer=dc.scorer)
             except DomainError as exc:
                 return _failed(dc, job_id, exc, written + storer.finish())
             del texts, ids

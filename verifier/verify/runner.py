@@ -46,8 +46,10 @@ class InProcessRunner:
     """Decodes in the calling thread, with the verification material (and the decoder built on it) kept
     per profile and level in a `MaterialCache` checked against the key epoch on every call."""
 
-    def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA) -> None:
+    def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA,
+                 scorer=None) -> None:
         self.store = store
+        self.scorer = scorer  # model-aware scoring (HERO_MODEL_AWARE=1), None: model-free
         self.tokenizers = tokenizers
         self.alpha = alpha
 
@@ -63,7 +65,8 @@ class InProcessRunner:
         entry = self.cache.get(job.profile, job.max_level)  # levels <= max_level only
         tokenizer = self.tokenizers(job.profile.tokenizer)
         decoder = entry.prepared if job.alpha == self.alpha else None
-        return decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, decoder=decoder)
+        return decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, decoder=decoder,
+                               scorer=self.scorer)
 
     def token_evidence(self, profile: Profile, text: str) -> tuple[dict, list[tuple[int, int, float]]]:
         """Level-1 decode of one text and, when its value is released, each scored token's evidence for it as

@@ -30,11 +30,11 @@ from score_v3_gen import eval_keyset, load_jsonl
 
 from verifier.engine.decoder import Decoder, token_ids
 from verifier.engine.keys import KeySet, derive_level_table
+from verifier.engine.model_aware import level_probabilities
 from verifier.engine.profile import default_profile
 from verifier.engine.weighted_decode import WeightedDecoder, Weighting
 from verifier.evaluation.metrics import wilson
 from verifier.lm import load_model
-from verifier.lm_weights import level_probabilities
 
 LENGTHS = (50, 100, 200)
 
@@ -119,8 +119,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--clip", type=float, default=4.0)
     ap.add_argument("--mix", type=float, default=0.0)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="merged into this file (one run per setting / humans)")
+    ap.add_argument("--parts", default="T1,k50p0.9,humans", help="what to run: T1, k50p0.9, humans")
     args = ap.parse_args()
+    parts = args.parts.split(",")
     torch.set_num_threads(2)
     root = Path(args.cache)
     profile = default_profile()
@@ -131,7 +133,7 @@ def main() -> None:
     summary: dict = {"weighting": {"clip": args.clip, "mix": args.mix}, "settings": {}}
     null_p: dict[str, list[float]] = {"v2": [], "aware": []}
     null_l1: dict[str, list[float]] = {"v2": [], "aware": []}
-    for setting in ("T1", "k50p0.9"):
+    for setting in [p for p in ("T1", "k50p0.9") if p in parts]:
         recs = sorted(load_jsonl(root / f"gen_{setting}_{args.tokens}t.jsonl").values(), key=lambda r: r["i"])
         if args.limit:
             recs = recs[: args.limit]
@@ -154,7 +156,7 @@ def main() -> None:
                 s[f"tpr1e-3_all_{n}_{name}"] = cell(sum(r["p_value"] <= 1e-3 for r in rs), len(rs))
                 s[f"tpr1e-3_l1_{n}_{name}"] = cell(sum(l1_p(r) <= 1e-3 for r in rs), len(rs))
             if n == max(LENGTHS):  # wrong keys: null p-values
-                wr = wrong.decode(pre)
+                wr = wrong.decode(pre, probs)
                 for name, rs in wr.items():
                     null_p[name] += [r["p_value"] for r in rs]
                     null_l1[name] += [l1_p(r) for r in rs]
@@ -186,6 +188,8 @@ def main() -> None:
         summary["settings"][setting] = s
         print(json.dumps({setting: s}), flush=True)
     hum = sorted(load_jsonl(root / "humans.jsonl").values(), key=lambda r: r["i"])[: args.humans]
+    if "humans" not in parts:
+        hum = []
     if hum:
         hids = [x[: max(LENGTHS)] for x in token_ids(tok, [h["text"] for h in hum]) if len(x) >= 60]
         h: dict = {"texts": len(hids)}
@@ -199,12 +203,17 @@ def main() -> None:
         summary["humans"] = h
     summary["ks_uniform"] = {
         name: {"text_p": _ks(null_p[name]), "level1_p": _ks(null_l1[name])} for name in null_p}
+    summary["null_p"] = {"text": null_p, "level1": null_l1}
     summary["model_aware_cost"] = {
         "texts": sc.n_aware, "lm_s": round(sc.lm_s, 2), "weighted_decode_s": round(sc.wd_s, 2),
         "texts_per_s": round(sc.n_aware / max(sc.lm_s + sc.wd_s, 1e-9), 2), "device": "cpu (2 shared cores)"}
-    print(json.dumps(summary, indent=1))
     if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+        path = Path(args.json)
+        merged = json.loads(path.read_text()) if path.exists() else {}
+        merged[args.parts] = summary
+        path.write_text(json.dumps(merged, indent=1) + "\n")
+    summary.pop("null_p")
+    print(json.dumps(summary, indent=1))
 
 
 def _pos(x, profile):

@@ -1,7 +1,7 @@
 """The weighted evidence statistic (engine/weighted.py) and weighted decoding (engine/weighted_decode.py):
 the saddlepoint tail against Monte Carlo, calibration under the null (human-like and wrong-key texts),
 equal weights reproducing model-free decoding, splices never naming a third value, and the LM re-run's
-routing law (verifier/lm_weights.py)."""
+routing law (verifier/engine/model_aware.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from tests.helpers.keys import make_keyset
 from tests.helpers.synthetic import generate
 from verifier.engine import reference, stats, weighted
 from verifier.engine.decoder import Decoder
+from verifier.engine.model_aware import routing_prefixes
 from verifier.engine.profile import make_profile
 from verifier.engine.weighted_decode import MODEL_AWARE, WeightedDecoder, Weighting
-from verifier.lm_weights import routing_prefixes
 
 PROFILE = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), spec_version=2)
 

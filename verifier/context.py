@@ -23,13 +23,13 @@ from verifier.jobs.drain import DrainContext, profile_lookup
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
-from verifier.lm_weights import model_aware_scorer
 from verifier.ratelimit import RateLimiter, make_rate_limiter
 from verifier.secretfile import private_dir
 from verifier.settings import Settings
 from verifier.verify import service as verify_service
 from verifier.verify.batcher import Batcher
 from verifier.verify.runner import DecodeRunner, InProcessRunner
+from verifier.verify.scoring import model_aware_scorer
 
 
 @dataclass

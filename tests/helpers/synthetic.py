@@ -15,7 +15,7 @@ def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed:
     As in engine/generation.py: repeated contexts and (spec v2) the first h tokens are drawn unmarked;
     watermark=False draws every token from the same distributions without the watermark. `probs`: a list
     that receives, per step, the generator's own level probabilities of the chosen tokens [B, levels]
-    (verifier.lm_weights' law: what a model-aware verifier with the generator's exact model would read)."""
+    (verifier.engine.model_aware' law: what a model-aware verifier with the generator's exact model would read)."""
     g = torch.Generator().manual_seed(seed)
     h, v = profile.context_width, profile.vocab_size
     sampler = HeroSampler(
@@ -48,7 +48,7 @@ def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed:
 
 
 def _level_probs(profile, logits, tok):
-    from verifier.lm_weights import routing_prefixes
+    from verifier.engine.model_aware import routing_prefixes
 
     pref = torch.from_numpy(routing_prefixes(profile))
     p = torch.softmax(logits.double(), dim=-1)

@@ -128,7 +128,7 @@ def decode_local(args: argparse.Namespace, text: str, max_level: int) -> None:
 
     decoder = Decoder(profile, tables, alpha=DEFAULT_ALPHA if args.alpha is None else args.alpha)
     if args.model_aware:
-        from verifier.lm_weights import model_aware_scorer
+        from verifier.verify.scoring import model_aware_scorer
 
         scorer = model_aware_scorer(True, "auto")
         (result,) = scorer.decode_texts(decoder, [text], load_tokenizer(profile.tokenizer))

@@ -40,7 +40,7 @@ def decode_texts(
     """Decode `texts` with the usable `tables`; `unavailable` / `missing`: level -> why versions are gone;
     `not_tried`: level -> the disabled versions the decoder was not handed. `decoder`: one built earlier for
     exactly these tables (`make_decoder`), so a server does not expand the key words per request. `scorer`:
-    model-aware scoring (verifier.lm_weights.ModelAwareScorer: `decode_texts(decoder, texts, tokenizer)`),
+    model-aware scoring (verifier.engine.model_aware.ModelAwareScorer: `decode_texts(decoder, texts, tokenizer)`),
     None for the model-free default."""
     if not tables:
         return [

@@ -6,7 +6,7 @@ per text and level, a weight per scored token (a function of the text only: the 
 value, so the null law of each candidate's statistic is known and the p-values stay calibrated). The
 release rules (decoded / absent / mixed, regions, thresholds) are engine/attribution.py's, applied to the
 weighted tails. Model-aware scoring (`scoring: "model-aware"`) takes the weights from the profile's LM
-re-run over the text (verifier/lm_weights.py, `Weighting`); equal weights reproduce the model-free
+re-run over the text (verifier/engine/model_aware.py, `Weighting`); equal weights reproduce the model-free
 p-values (tests/test_weighted_stats.py).
 
 Per-token evidence comes from the same kernel with one window per scored token (as
@@ -170,36 +170,33 @@ def _positions(ids: Sequence[int], h: int) -> list[int]:
     return scored_positions(list(ids), h)
 
 
-def _tails(wmat: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """log P[sum w X >= x] for rows of weights wmat [M, n] and x [M, k]: [M, k]."""
-    m, k = x.shape
-    return weighted.weighted_log_sf(np.repeat(wmat, k, axis=0), x.reshape(-1)).reshape(m, k)
-
-
 def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value: bool):
-    """The whole-text region and the 2(W-1) prefix/suffix regions as attribution `_Region`s."""
+    """The whole-text region and the 2(W-1) prefix/suffix regions as attribution `_Region`s (all regions'
+    sums in one matrix product, all their tails in one saddlepoint call)."""
     n, cells, c = ev.x.shape
     win = np.arange(n) * windows // max(n, 1)
     bounds = [(0, windows)] + [(0, j) for j in range(1, windows)] + [(j, windows) for j in range(1, windows)]
     if windows == 1:
         bounds = bounds[:1]
-    z = w[:, None, None] * ev.x  # [n, cells, C]
-    onehot = ev.cell[:, None] == np.arange(cells)[None, :]  # [n, cells]
+    r = len(bounds)
+    member = np.array([(win >= lo) & (win < hi) for lo, hi in bounds], dtype=np.float64)  # [R, n]
+    s = (member @ (w[:, None, None] * ev.x).reshape(n, cells * c)).reshape(r, cells, c)
+    onehot = (ev.cell[:, None] == np.arange(cells)[None, :]).astype(np.float64)  # [n, cells]
+    cnt = np.rint(member @ onehot).astype(np.int64)  # [R, cells]
+    wmat = member[:, None, :] * onehot.T[None] * w[None, None, :]  # [R, cells, n]
+    k = min(2, c)
+    top = np.argsort(-s, axis=2, kind="stable")[..., :k]  # [R, cells, k]
+    vals = np.take_along_axis(s, top, axis=2)
+    lsf = weighted.weighted_log_sf(np.repeat(wmat.reshape(r * cells, n), k, axis=0), vals.reshape(-1))
+    lsf = lsf.reshape(r, cells, k)
+    live = cnt > 0
+    lp1 = np.where(live, weighted.log_max_tail(lsf[..., 0], c), 0.0)
+    lp2 = np.where(live, weighted.log_max_tail(lsf[..., -1], c - 1), 0.0) if c > 1 else np.zeros((r, cells))
     rows = []
-    for lo, hi in bounds:
-        inr = (win >= lo) & (win < hi)
-        s = z[inr].sum(axis=0) if inr.any() else np.zeros((cells, c))
-        cnt = (onehot & inr[:, None]).sum(axis=0)
-        wmat = np.where((onehot & inr[:, None]).T, w[None, :], 0.0)  # [cells, n]
-        top = np.argsort(-s, axis=1)[:, : min(2, c)]
-        vals = np.take_along_axis(s, top, axis=1)
-        lsf = _tails(wmat, vals)
-        live = cnt > 0
-        lp1 = np.where(live, weighted.log_max_tail(lsf[:, 0], c), 0.0)
-        lp2 = np.where(live, weighted.log_max_tail(lsf[:, -1], max(c - 1, 1)), 0.0) if c > 1 else np.zeros(cells)
-        level_lp = stats.log_fisher([float(x) for x, ok in zip(lp1, live, strict=True) if ok])
-        rows.append(_Region(lo, hi, s, cnt.tolist(), top[:, 0].tolist(), lp1.tolist(), lp2.tolist(), level_lp,
-                            int(top[0, -1])))
+    for i, (lo, hi) in enumerate(bounds):
+        level_lp = stats.log_fisher([float(x) for x, ok in zip(lp1[i], live[i], strict=True) if ok])
+        rows.append(_Region(lo, hi, s[i], cnt[i].tolist(), top[i, :, 0].tolist(), lp1[i].tolist(), lp2[i].tolist(),
+                            level_lp, int(top[i, 0, -1])))
     return rows[0], rows[1:]
 
 

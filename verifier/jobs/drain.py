@@ -28,10 +28,10 @@ from verifier.errors import DomainError
 from verifier.jobs import service as jobs
 from verifier.jobs.material import handed_summary, tables_for
 from verifier.keys.service import DbKeyStore
-from verifier.lm_weights import model_aware_scorer
 from verifier.settings import Settings
 from verifier.verify.decode import decode_material
 from verifier.verify.release import audit_events, shape
+from verifier.verify.scoring import model_aware_scorer
 
 log = logging.getLogger("hero.jobs")
 
@@ -69,7 +69,7 @@ class DrainContext:
     device: str = "cpu"
     delay_s: float = 0.0  # test hook only (Settings.drain_delay_s): sleep before storing each batch
     stop: threading.Event | None = None  # set on shutdown: the drain returns at its next batch boundary
-    scorer: Any = None  # model-aware scoring (HERO_MODEL_AWARE=1: verifier.lm_weights.ModelAwareScorer)
+    scorer: Any = None  # model-aware scoring (HERO_MODEL_AWARE=1: verifier.engine.model_aware.ModelAwareScorer)
 
     def __repr__(self) -> str:
         return f"DrainContext(worker={self.worker!r}, batch={self.batch_size})"

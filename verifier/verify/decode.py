@@ -23,7 +23,7 @@ def decode_material(
 ) -> list[dict]:
     """Decoder results as plain dicts (`DecodeResult.to_dict()`), levels 1..n of the material only;
     `decoder`: one prepared for this material (verifier.keys.cache), reused across calls; `scorer`: model-aware
-    scoring (HERO_MODEL_AWARE=1, verifier.lm_weights.ModelAwareScorer) or None (model-free)."""
+    scoring (HERO_MODEL_AWARE=1, verifier.engine.model_aware.ModelAwareScorer) or None (model-free)."""
     tables, unavailable, missing = material.tables, material.unavailable, material.missing
     not_tried = material.not_tried
     del material  # the tables live only as long as this call needs them

@@ -1,4 +1,4 @@
-"""Model-aware scoring's LM re-run: per scored token and level, the probability the routing step had.
+"""Model-aware scoring: the LM re-run gives, per scored token and level, the probability the routing step had.
 
 A verifier that holds the profile's language model re-runs it over the text alone (it never sees the
 prompt), in batches on its device (CUDA when present), and reads, at every scored position t, the model's
@@ -6,19 +6,23 @@ next-token distribution P_t at temperature 1 (the verifier does not know the gen
 Under the HeRo sampler level l chose the routing chunk holding x_t among its siblings, so that step's
 probability is p_l = mass(x_t's level-l range) / mass(its level-(l-1) range); the last level's range is
 the token itself. These p_l (a function of the text only) become the weights of the decoder's weighted
-statistic (engine/weighted.py, engine/model_aware.py).
+statistic (engine/weighted.py, engine/weighted_decode.py). The model object is handed in (the service binds
+verifier.lm's loader in verifier/verify/scoring.py): the engine loads no model itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
 
 from verifier.engine import reference
+from verifier.engine.decoder import DecodeError, Decoder, DecodeResult, token_ids
 from verifier.engine.profile import Profile
+from verifier.engine.weighted_decode import WeightedDecoder, Weighting
 
 DEFAULT_BATCH = 16
 
@@ -99,49 +103,29 @@ class ModelAwareScorer:
     profile's LM re-run over each text on `device`, its level probabilities turned into per-token weights
     (`Weighting`), the decoder's keys and rules applied to the weighted statistic."""
 
-    def __init__(self, device: str = "cpu", weighting=None, batch_size: int = DEFAULT_BATCH, loader=None) -> None:
-        from verifier.engine.weighted_decode import Weighting
-
+    def __init__(self, loader: Callable[[str, str], Any], device: str = "cpu", weighting: Weighting | None = None,
+                 batch_size: int = DEFAULT_BATCH) -> None:
+        self._load = loader  # (model name, device) -> the model (verifier/verify/scoring.py binds verifier.lm's)
         self.device = device
         self.weighting = weighting or Weighting()
         self.batch_size = batch_size
-        self._load = loader
 
     def __repr__(self) -> str:
         return f"ModelAwareScorer(device={self.device!r}, {self.weighting})"
 
-    def model(self, profile: Profile):
-        if self._load is not None:
-            return self._load(profile.tokenizer, self.device)
-        from verifier.lm import load_model
-
-        return load_model(profile.tokenizer, self.device)[0]
-
-    def decode_ids(self, decoder, batch: Sequence[Sequence[int]]) -> list:
-        from verifier.engine.decoder import DecodeError
-        from verifier.engine.weighted_decode import WeightedDecoder
-
+    def decode_ids(self, decoder: Decoder, batch: Sequence[Sequence[int]]) -> list[DecodeResult]:
         decoder.pad(batch)  # ids checked against the vocabulary before the model sees them
         if any(len(x) == 0 for x in batch):
             raise DecodeError("a text has no tokens")
-        probs = level_probabilities(self.model(decoder.profile), decoder.profile, batch, batch_size=self.batch_size)
+        model = self._load(decoder.profile.tokenizer, self.device)
+        probs = level_probabilities(model, decoder.profile, batch, batch_size=self.batch_size)
         weights = [self.weighting(p) for p in probs]
         return WeightedDecoder(decoder).decode_ids(batch, weights)
 
-    def decode_texts(self, decoder, texts: Sequence[str], tokenizer) -> list:
+    def decode_texts(self, decoder: Decoder, texts: Sequence[str], tokenizer) -> list[DecodeResult]:
         """`Decoder.decode_texts`, model-aware."""
-        from verifier.engine.decoder import DecodeError, token_ids
-
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise DecodeError(f"text {i} is empty")
         return self.decode_ids(decoder, token_ids(tokenizer, texts))
 
-
-def model_aware_scorer(enabled: bool, device: str = "cpu") -> ModelAwareScorer | None:
-    """The service's scorer: model-aware when HERO_MODEL_AWARE=1 (`device` "auto": CUDA when present)."""
-    if not enabled:
-        return None
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return ModelAwareScorer(device)

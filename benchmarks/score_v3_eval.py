@@ -120,6 +120,8 @@ def main() -> None:
     ap.add_argument("--clip", type=float, default=4.0)
     ap.add_argument("--mix", type=float, default=0.0)
     ap.add_argument("--json", default=None, help="merged into this file (one run per setting / humans)")
+    ap.add_argument("--sub", type=int, default=0, help="texts for the replaced-token and splice cells (0: all)")
+    ap.add_argument("--ratios", default="0.5,0.8")
     ap.add_argument("--parts", default="T1,k50p0.9,humans", help="what to run: T1, k50p0.9, humans")
     args = ap.parse_args()
     parts = args.parts.split(",")
@@ -162,14 +164,18 @@ def main() -> None:
                     null_l1[name] += [l1_p(r) for r in rs]
                     s[f"wrongkey_named_{name}"] = cell(sum(bool(named(r)) for r in rs), len(rs))
         rng = random.Random(7)
+        sub = full[: args.sub] if args.sub else full
         for frac in (0.1, 0.2):
-            edited = [replace(x, frac, rng, profile.vocab_size) for x in full]
+            edited = [replace(x, frac, rng, profile.vocab_size) for x in sub]
             res = sc.decode(edited)
             for name, rs in res.items():
                 s[f"exact_user_200_replaced{int(frac * 100)}_{name}"] = cell(
-                    sum(user_of(r) == u for r, u in zip(rs, users, strict=True)), len(rs))
-        for ratio in (0.5, 0.8):
-            pairs = [(i, (i + 1) % len(full)) for i in range(len(full)) if users[i] != users[(i + 1) % len(full)]]
+                    sum(user_of(r) == u for r, u in zip(rs, users[: len(rs)], strict=True)), len(rs))
+        for ratio in [float(x) for x in args.ratios.split(",") if x]:
+            m = len(sub)
+            pairs = [(i, (i + 1) % m) for i in range(m) if users[i] != users[(i + 1) % m]]
+            if not pairs:
+                continue
             texts = [tok.decode(full[i][: round(ratio * 200)] + full[j][: 200 - round(ratio * 200)]) for i, j in pairs]
             spl = token_ids(tok, texts)
             res = sc.decode(spl)

@@ -14,7 +14,6 @@ tokens. Wilson 95 % intervals. Prints a JSON summary.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import sys
@@ -29,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from score_v3_gen import eval_keyset, load_jsonl
 
 from verifier.engine.decoder import Decoder, token_ids
-from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.model_aware import level_probabilities
 from verifier.engine.profile import default_profile
 from verifier.engine.weighted_decode import WeightedDecoder, Weighting
@@ -37,14 +35,6 @@ from verifier.evaluation.metrics import wilson
 from verifier.lm import load_model
 
 LENGTHS = (50, 100, 200)
-
-
-def wrong_keyset(profile) -> KeySet:
-    tables = []
-    for lv in range(1, profile.depth + 1):
-        master = hashlib.sha256(f"score-eval/wrong/level{lv}".encode()).digest()
-        tables.append(derive_level_table(master, profile, lv, f"l{lv}-v1"))
-    return KeySet(tuple(tables))
 
 
 def cell(k: int, n: int) -> dict:
@@ -131,7 +121,7 @@ def main() -> None:
     model, tok = load_model("smollm2")
     weighting = Weighting(clip=args.clip, mix=args.mix)
     sc = Scorer(model, tok, profile, eval_keyset(profile), weighting, args.batch)
-    wrong = Scorer(model, tok, profile, wrong_keyset(profile), weighting, args.batch)
+    wrong = Scorer(model, tok, profile, eval_keyset(profile, "wrong"), weighting, args.batch)
     summary: dict = {"weighting": {"clip": args.clip, "mix": args.mix}, "settings": {}}
     null_p: dict[str, list[float]] = {"v2": [], "aware": []}
     null_l1: dict[str, list[float]] = {"v2": [], "aware": []}

@@ -31,11 +31,11 @@ from verifier.lm import load_model
 SEED = 32  # the issue's number: fixes prompts, payloads, keys
 
 
-def eval_keyset(profile) -> KeySet:
+def eval_keyset(profile, name: str = str(SEED)) -> KeySet:
     """A fixed evaluation key set (masters from a public seed: evaluation only, never a deployment)."""
     tables = []
     for lv in range(1, profile.depth + 1):
-        master = hashlib.sha256(f"score-eval/{SEED}/level{lv}".encode()).digest()
+        master = hashlib.sha256(f"score-eval/{name}/level{lv}".encode()).digest()
         tables.append(derive_level_table(master, profile, lv, f"l{lv}-v1"))
     return KeySet(tuple(tables))
 

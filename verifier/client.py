@@ -60,12 +60,13 @@ class VerifyResult:
     flags: list[str] = field(default_factory=list)
     spec_version: int | None = None
     receipt: dict[str, Any] | None = None
+    scoring: str | None = None  # model-free | model-aware
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> VerifyResult:
         return cls(bool(d["watermarked"]), float(d["p_value"]), d.get("key_version"), int(d["tokens_scored"]),
                    [LevelResult.from_json(lv) for lv in d.get("levels", [])], list(d.get("flags", [])),
-                   d.get("spec_version"), d.get("receipt"))
+                   d.get("spec_version"), d.get("receipt"), d.get("scoring"))
 
     def fields(self) -> dict[str, int | None]:
         """All released fields across levels (decoded levels only)."""

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     max_texts: int = Field(default=32, ge=1)
     max_text_chars: int = Field(default=20_000, ge=1)
     alpha: float = Field(default=1e-4, gt=0, lt=1)
+    # Model-aware scoring (HERO_MODEL_AWARE=1): the profile's LM re-run over each text weights its evidence
+    # (verifier/engine/model_aware.py); every result says `scoring`. Needs the model package; off: model-free.
+    model_aware: bool = False
     # /v1/verify micro-batching (verifier.verify.batcher): concurrent callers share one decode and one audit commit
     # SQLite commits: FULL fsyncs every commit (survives power loss); NORMAL survives a process crash only
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"

@@ -9,11 +9,13 @@ from verifier.engine.payload import encode_payload
 
 
 def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0, context_masking=True,
-             watermark: bool = True):
+             watermark: bool = True, probs: list | None = None):
     """Returns continuation ids [B, steps] generated with the HeRo sampler (prompt of h random ids).
 
     As in engine/generation.py: repeated contexts and (spec v2) the first h tokens are drawn unmarked;
-    watermark=False draws every token from the same distributions without the watermark."""
+    watermark=False draws every token from the same distributions without the watermark. `probs`: a list
+    that receives, per step, the generator's own level probabilities of the chosen tokens [B, levels]
+    (verifier.engine.model_aware' law: what a model-aware verifier with the generator's exact model would read)."""
     g = torch.Generator().manual_seed(seed)
     h, v = profile.context_width, profile.vocab_size
     sampler = HeroSampler(
@@ -39,8 +41,27 @@ def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed:
                     mark[i] = False
                 seen[i].add(tuple(row))
         tok = sampler.sample(logits, ctx, pay, mark, g)
+        if probs is not None:
+            probs.append(_level_probs(profile, logits, tok))
         ids = torch.cat([ids, tok.unsqueeze(1)], dim=1)
     return ids[:, h:]
+
+
+def _level_probs(profile, logits, tok):
+    from verifier.engine.model_aware import routing_prefixes
+
+    pref = torch.from_numpy(routing_prefixes(profile))
+    p = torch.softmax(logits.double(), dim=-1)
+    prev = torch.ones(p.shape[0], dtype=torch.float64)
+    out = []
+    for lv in range(pref.shape[0] - 1):
+        size = int(pref[lv].max()) + 1
+        mass = torch.zeros(p.shape[0], size, dtype=torch.float64).scatter_add_(1, pref[lv].expand(p.shape[0], -1), p)
+        cur = mass.gather(1, pref[lv, tok].unsqueeze(1))[:, 0]
+        out.append(cur / prev)
+        prev = cur
+    out.append(p.gather(1, tok.unsqueeze(1))[:, 0] / prev)
+    return torch.stack(out, dim=1)
 
 
 def bit_errors(profile, level: int, decoded: dict, truth: dict) -> tuple[int, int]:

@@ -81,7 +81,8 @@ def test_ok_request_shape(svc1):
     assert r.status_code == 200
     (res,) = r.json()["results"]
     assert set(res) == {
-        "watermarked", "p_value", "key_version", "tokens_scored", "flags", "spec_version", "levels", "receipt"}
+        "watermarked", "p_value", "key_version", "tokens_scored", "flags", "spec_version", "scoring", "levels",
+        "receipt"}
     assert res["watermarked"] is False
     assert {"level", "fields", "confidence"} <= set(res["levels"][0])
 

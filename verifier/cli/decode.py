@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--url", default=None,
                    help="decode with the service at this base URL (default: HERO_URL; token: HERO_TOKEN)")
     p.add_argument("--local", action="store_true", help="decode here even when HERO_URL is set")
+    p.add_argument("--model-aware", action="store_true",
+                   help="local decode: re-run the profile's language model over the text and weight each token's "
+                   "evidence by it (stronger on short and top-k/top-p texts; needs the model package). A service "
+                   "scores as its HERO_MODEL_AWARE says; each result names its `scoring`")
     add_profile_arg(p)
     p.set_defaults(handler=cmd_decode)
 
@@ -97,6 +101,9 @@ def cmd_decode(args: argparse.Namespace) -> None:
     if url is not None:
         if args.alpha is not None:
             raise ValueError("--alpha applies to a local decode; the service uses its HERO_ALPHA (or pass --local)")
+        if args.model_aware:
+            raise ValueError("--model-aware applies to a local decode; the service scores as its HERO_MODEL_AWARE "
+                             "says (or pass --local)")
         token = os.environ.get("HERO_TOKEN", "").strip()
         if not token:
             raise ValueError("HERO_URL is set but HERO_TOKEN is empty: export a bearer token (or pass --local)")
@@ -124,7 +131,12 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
     grant = OPERATOR.grant(profile, level)
     alpha = settings.alpha if args.alpha is None else args.alpha
     store = open_store(settings)
-    runner = Runner(store, TokenizerCache(), settings.alpha)
+    scorer = None
+    if args.model_aware:
+        from verifier.verify.scoring import model_aware_scorer
+
+        scorer = model_aware_scorer(True, "auto")
+    runner = Runner(store, TokenizerCache(), settings.alpha, scorer=scorer)
     try:
         (out,) = runner.decode(DecodeJob(profile, (text,), grant.level, alpha))
         # A disclosure like any other: audited (and committed) before anything is printed, or nothing is.

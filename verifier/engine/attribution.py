@@ -40,6 +40,11 @@ from verifier.engine import stats
 # and pi^2/6 (a uniform choice among many), so v = 1.3.
 MEAN_GRID = torch.linspace(1.0, 10.0, 91, dtype=torch.float64)
 TRUE_VARIANCE = 1.3
+# A prefix/suffix region may open a level whose whole-text p-value misses alpha (spec v3, mixed texts), at
+# alpha / (m + 1); the scan runs only for texts whose whole-text level p-value shows at least this much
+# evidence, so the path of human text (nearly all p > 1e-2) stays as cheap as before. Skipping the scan
+# can only withhold, never release.
+LOG_SCAN_GATE = math.log(1e-2)
 # A segmented value (whole text or a region) is released only if no segment's runner-up has p <= 1e-3:
 # a weakly supported second value in one segment may mean the winners come from two sources. Costs
 # about K x 1e-3 of single-source releases (a null runner-up's p-value is uniform).
@@ -268,7 +273,7 @@ def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int,
     for i in range(b):
         if tokens[i] == 0:
             att = Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
-        elif level_lp[i] > log_alpha:
+        elif level_lp[i] > log_alpha and (windows == 1 or level_lp[i] > LOG_SCAN_GATE):
             lp = float(level_lp[i])
             att = Attribution("absent", lp, reason=f"no evidence for this level (p = {stats.to_p(lp):.3g})")
         else:
@@ -281,8 +286,13 @@ def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int,
         regions = _scan(scores[idx], counts[idx], per_value) if windows > 1 else None
         for j, i in enumerate(idx):
             rows = regions(j) if regions is not None else []
-            out[i], source = _decide(_Region.row(full, i, 0, windows), rows, windows, per_value, log_v,
-                                     float(level_lp[i]), log_alpha, cell_bits)
+            lp = opened_level(float(level_lp[i]), rows, windows, log_v, log_alpha)
+            if lp is None:
+                lp = float(level_lp[i])
+                out[i] = Attribution("absent", lp, reason=f"no evidence for this level (p = {stats.to_p(lp):.3g})")
+                continue
+            out[i], source = _decide(_Region.row(full, i, 0, windows), rows, windows, per_value, log_v, lp,
+                                     log_alpha, cell_bits)
             if source is not None:
                 decoded.append((i, source))
     if decoded:  # confidence of every released value, one batched posterior
@@ -295,6 +305,20 @@ def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int,
         if (full.n[i] > 0).all():
             att.most_likely = _join(full.winners[i].tolist(), cell_bits)
     return out
+
+
+def opened_level(level_lp: float, regions: list[_Region], windows: int, log_v: float,
+                 log_alpha: float) -> float | None:
+    """The level's log p-value if the level is open, else None. Open: the whole text's (versions included)
+    is <= alpha, or some prefix/suffix region's level p-value is <= alpha / (m + 1) (m = 2(W-1) regions,
+    versions included): then the level reports min(whole text, corrected region). Under the null each of the
+    two tests passes with probability <= alpha, so the level opens with probability <= 2 alpha (the release
+    bound of spec 13.3); the values it may release are still tested region by region at alpha / (m + 1)."""
+    if level_lp <= log_alpha:
+        return level_lp
+    scan = log_v + math.log(2 * (windows - 1) + 1)
+    best = min((r.level_lp + scan for r in regions if r.tokens), default=0.0)
+    return min(0.0, best) if best <= log_alpha else None
 
 
 def _scan(scores: np.ndarray, counts: np.ndarray, per_value: bool):

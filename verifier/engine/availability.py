@@ -35,17 +35,21 @@ def decode_texts(
     not_tried: Mapping[int, str] | None = None,
     device: str | torch.device = "cpu",
     decoder: Decoder | None = None,
+    scorer=None,
 ) -> list[DecodeResult]:
     """Decode `texts` with the usable `tables`; `unavailable` / `missing`: level -> why versions are gone;
     `not_tried`: level -> the disabled versions the decoder was not handed. `decoder`: one built earlier for
-    exactly these tables (`make_decoder`), so a server does not expand the key words per request."""
+    exactly these tables (`make_decoder`), so a server does not expand the key words per request. `scorer`:
+    model-aware scoring (verifier.engine.model_aware.ModelAwareScorer: `decode_texts(decoder, texts, tokenizer)`),
+    None for the model-free default."""
     if not tables:
         return [
             DecodeResult(False, 1.0, 0.0, None, 0, _missing_levels(missing), spec_version=profile.spec_version)
             for _ in texts
         ]
     decoder = decoder or make_decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)
-    return [_with_verdicts(r, alpha, missing, not_tried or {}) for r in decoder.decode_texts(texts, tokenizer)]
+    results = scorer.decode_texts(decoder, texts, tokenizer) if scorer else decoder.decode_texts(texts, tokenizer)
+    return [_with_verdicts(r, alpha, missing, not_tried or {}) for r in results]
 
 
 def make_decoder(

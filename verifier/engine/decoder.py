@@ -77,6 +77,7 @@ class DecodeResult:
     levels: list[LevelResult] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     spec_version: int = 1
+    scoring: str = "model-free"  # model-free (equal weights) | model-aware (engine/weighted_decode.py)
 
     def to_dict(self) -> dict:
         """Plain data (what `dataclasses.asdict` gives, without `most_likely`): fresh containers all the way
@@ -85,7 +86,7 @@ class DecodeResult:
             "watermarked": self.watermarked, "p_value": self.p_value, "log10_p_value": self.log10_p_value,
             "key_version": self.key_version, "tokens_scored": self.tokens_scored,
             "levels": [lv.to_dict() for lv in self.levels], "flags": list(self.flags),
-            "spec_version": self.spec_version,
+            "spec_version": self.spec_version, "scoring": self.scoring,
         }
 
 

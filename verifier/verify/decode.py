@@ -19,17 +19,18 @@ class TextNotDecodable(InvalidInput):
 
 def decode_material(
     material: VerificationMaterial, profile: Profile, texts: list[str], alpha: float, tokenizer, device: str = "cpu",
-    decoder: Decoder | None = None,
+    decoder: Decoder | None = None, scorer=None,
 ) -> list[dict]:
     """Decoder results as plain dicts (`DecodeResult.to_dict()`), levels 1..n of the material only;
-    `decoder`: one prepared for this material (verifier.keys.cache), reused across calls."""
+    `decoder`: one prepared for this material (verifier.keys.cache), reused across calls; `scorer`: model-aware
+    scoring (HERO_MODEL_AWARE=1, verifier.engine.model_aware.ModelAwareScorer) or None (model-free)."""
     tables, unavailable, missing = material.tables, material.unavailable, material.missing
     not_tried = material.not_tried
     del material  # the tables live only as long as this call needs them
     try:
         results = decode_texts(
             profile, tables, texts, tokenizer, alpha=alpha, unavailable=unavailable, missing=missing,
-            not_tried=not_tried, device=device, decoder=decoder,
+            not_tried=not_tried, device=device, decoder=decoder, scorer=scorer,
         )
     except DecodeError as exc:
         raise TextNotDecodable(str(exc).splitlines()[0] if str(exc) else "text cannot be decoded") from None

@@ -77,8 +77,10 @@ class Runner:
     """One per process (built by verifier.process). Material and decoders are kept per profile and level in a
     `MaterialCache`; a decoder for another device or alpha than the default is built once per cache entry."""
 
-    def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA) -> None:
+    def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA,
+                 scorer=None) -> None:
         self.store = store
+        self.scorer = scorer  # model-aware scoring (HERO_MODEL_AWARE=1), None: model-free
         self.tokenizers = tokenizers
         self.alpha = alpha
         self._lock = threading.Lock()
@@ -109,7 +111,7 @@ class Runner:
                      else self.tokenizers(job.profile.tokenizer))
         decoder = self._decoder(entry, job.profile, job.device, job.alpha)
         raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, job.device,
-                              decoder)
+                              decoder, scorer=self.scorer)
         return Decoded([shape(r, job.level) for r in raw], handed_summary(entry.material))
 
     def decode(self, job: DecodeJob) -> list[dict]:

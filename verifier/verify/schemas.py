@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from verifier.audit.schemas import ReceiptOut
@@ -96,6 +98,12 @@ class ResultOut(BaseModel):
         "by this caller absent), `mixed-sources` (some level is mixed)",
     )
     spec_version: int | None = Field(default=None, description="watermark spec version of the profile used")
+    scoring: Literal["model-free", "model-aware"] = Field(
+        default="model-free",
+        description="how the evidence was weighed: `model-free` (every scored token alike, the default) or "
+        "`model-aware` (the service re-ran the profile's language model over the text and weighted each token "
+        "by how much evidence it can carry; HERO_MODEL_AWARE=1)",
+    )
     levels: list[LevelOut] = Field(description="one entry per decoded level, level 1 first")
 
 

@@ -1,0 +1,246 @@
+"""Decoding with the weighted statistic: the Decoder's keys and release rules, per-token weights from the text.
+
+`WeightedDecoder(decoder).decode_ids(batch, weights)` gives the `DecodeResult`s `Decoder.decode_ids` gives,
+with every level's statistic the weighted sum of engine/weighted.py instead of the equal-weight sum:
+per text and level, a weight per scored token (a function of the text only: the same for every candidate
+value, so the null law of each candidate's statistic is known and the p-values stay calibrated). The
+release rules (decoded / absent / mixed, regions, thresholds) are engine/attribution.py's, applied to the
+weighted tails. Model-aware scoring (`scoring: "model-aware"`) takes the weights from the profile's LM
+re-run over the text (verifier/engine/model_aware.py, `Weighting`); equal weights reproduce the model-free
+p-values (tests/test_weighted_stats.py).
+
+Per-token evidence comes from the same kernel with one window per scored token (as
+`Decoder.token_evidence` does), so every backend's bit-exact evidence is what is weighted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpu import prf
+from gpu.evidence import segment_scores
+from gpu.scoring import LevelKeys, ScoringSpec
+from verifier.engine import stats, weighted
+from verifier.engine.attribution import (
+    LOG_SCAN_GATE,
+    Attribution,
+    _bit_confidence,
+    _decide,
+    _Region,
+    opened_level,
+    posterior_batch,
+)
+from verifier.engine.decoder import Decoder, DecodeResult, _flags, _log10
+from verifier.engine.keys import KeyTable
+
+MODEL_FREE = "model-free"
+MODEL_AWARE = "model-aware"
+SCORINGS = (MODEL_FREE, MODEL_AWARE)
+_GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equivalent scores
+
+
+@dataclass(frozen=True)
+class Weighting:
+    """Per-token weights from the level probabilities p (engine/weighted.optimal_weight), made robust:
+
+    - `mix`: the verifier's probability is mixed with a flat floor, p' = (1 - mix) p + mix, before the
+      weight is taken (the generator's top-k/top-p and the verifier's own model differ from the LM re-run:
+      a token the re-run finds unlikely may have been likely to the generator);
+    - `clip`: no token weighs more than `clip` (a replaced token, improbable to the model, would otherwise
+      dominate the sum with pure noise).
+    """
+
+    clip: float = 4.0
+    mix: float = 0.0
+
+    def __call__(self, p: np.ndarray) -> np.ndarray:
+        q = (1.0 - self.mix) * np.asarray(p, dtype=np.float64) + self.mix
+        return np.minimum(weighted.optimal_weight(q), self.clip)
+
+
+@dataclass
+class _TokenEvidence:
+    """One text, one table: per scored token (text order) its evidence [n, cells, C] and cell [n]."""
+
+    x: np.ndarray
+    cell: np.ndarray
+
+
+class WeightedDecoder:
+    """Weighted decoding for the levels and versions a `Decoder` holds (its keys, alpha, unavailable)."""
+
+    def __init__(self, decoder: Decoder, scoring: str = MODEL_AWARE) -> None:
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}")
+        self.decoder = decoder
+        self.scoring = scoring
+
+    # -- per-token evidence ---------------------------------------------------------------------
+    def _evidence(self, ids, lengths, n_tok: np.ndarray, pos_version: str,
+                  tables: list[tuple[int, KeyTable]]) -> list[list[_TokenEvidence]]:
+        d, prof = self.decoder, self.decoder.profile
+        width = max(1, int(n_tok.max()))
+        pk = prf.key_words([d._position_key(pos_version)], d.device)
+        keys = [LevelKeys(lv, *d._words[(lv, t.version)], per_value=prof.levels[lv - 1].per_value)
+                for lv, t in tables]
+        spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride,
+                           width)
+        scores, counts = segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), keys)
+        scores, counts = [s.cpu().numpy() for s in scores], counts.cpu().numpy()
+        out = []
+        for b, n in enumerate(n_tok.tolist()):
+            win = np.arange(n) * width // max(n, 1)  # token i's window (one token per window when W >= n)
+            cell_seg = counts[b, win].argmax(-1) if n else np.zeros(0, dtype=np.int64)
+            out.append([_TokenEvidence(s[b, win], cell_seg if not k.per_value else np.zeros(n, dtype=np.int64))
+                        for s, k in zip(scores, keys, strict=True)])
+        return out
+
+    # -- decoding -------------------------------------------------------------------------------
+    def decode_ids(self, batch: Sequence[Sequence[int]], weights: Sequence[np.ndarray]) -> list[DecodeResult]:
+        """`weights[i]`: [n_i, levels held] weights of text i's scored tokens (reference.scored_positions
+        order), column l-1 for level l."""
+        d = self.decoder
+        if not batch:
+            return []
+        ids, lengths = d.pad(batch)
+        n_tok = np.array([len(_positions(x, d.profile.context_width)) for x in batch])
+        for i, w in enumerate(weights):
+            if w.shape[0] != n_tok[i] or (n_tok[i] and w.shape[1] < len(d.tables)):
+                raise ValueError(f"text {i}: weights {w.shape} for {n_tok[i]} scored tokens, {len(d.tables)} levels")
+        w1 = [np.asarray(w[:, 0], dtype=np.float64) if len(w) else np.zeros(0) for w in weights]
+        ev1 = {t.version: self._evidence(ids, lengths, n_tok, t.version, [(1, t)]) for t in d.tables[1]}
+        level1 = [self._choose(1, [(t, ev1[t.version][i][0]) for t in d.tables[1]], w1[i])
+                  for i in range(len(batch))]
+        deeper = [lv for lv in sorted(d.tables) if lv > 1]
+        lts = [(lv, t) for lv in deeper for t in d.tables[lv]]
+        deep: list[list[tuple[KeyTable, Attribution]]] = [[None] * len(batch) for _ in deeper]  # type: ignore[list-item]
+        for v in dict.fromkeys(t.version for t, _ in level1) if deeper else ():
+            group = [i for i, (t, _) in enumerate(level1) if t.version == v]
+            sel = torch.tensor(group)
+            evs = self._evidence(ids[sel], lengths[sel], n_tok[group], v, lts)
+            for g, i in enumerate(group):
+                j = 0
+                for k, lv in enumerate(deeper):
+                    per_version = []
+                    for t in d.tables[lv]:
+                        per_version.append((t, evs[g][j]))
+                        j += 1
+                    wl = np.asarray(weights[i][:, lv - 1], dtype=np.float64) if n_tok[i] else np.zeros(0)
+                    deep[k][i] = self._choose(lv, per_version, wl)
+        results = []
+        for i, (t1, att1) in enumerate(level1):
+            seg = np.bincount(ev1[t1.version][i][0].cell, minlength=d.profile.segments).tolist()
+            levels = [d._level_result(1, t1, att1, seg, batch[i])]
+            for k, lv in enumerate(deeper):
+                t, att = deep[k][i]
+                levels.append(d._level_result(lv, t, att, seg, batch[i]))
+            log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
+            n_scored = int(n_tok[i])
+            results.append(DecodeResult(
+                watermarked=n_scored > 0 and stats.to_p(log_p) <= d.alpha, p_value=stats.to_p(log_p),
+                log10_p_value=_log10(log_p), key_version=levels[0].key_version, tokens_scored=n_scored,
+                levels=levels, flags=_flags(levels), spec_version=d.profile.spec_version, scoring=self.scoring))
+        return results
+
+    def _choose(self, lv: int, per_version: list[tuple[KeyTable, _TokenEvidence]],
+                w: np.ndarray) -> tuple[KeyTable, Attribution]:
+        """The attribution at the version with the smallest whole-text weighted level p-value."""
+        prof = self.decoder.profile
+        level = prof.levels[lv - 1]
+        best = None
+        for t, ev in per_version:
+            full, regions = _weighted_regions(ev, w, prof.windows, level.per_value)
+            if best is None or full.level_lp < best[1].level_lp:
+                best = (t, full, regions, ev)
+        assert best is not None
+        t, full, regions, ev = best
+        att = _attribute(full, regions, ev, w, prof.windows, level.per_value, len(per_version),
+                         self.decoder.alpha, level.key_bits)
+        return t, att
+
+
+def _positions(ids: Sequence[int], h: int) -> list[int]:
+    from verifier.engine.reference import scored_positions
+
+    return scored_positions(list(ids), h)
+
+
+def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value: bool):
+    """The whole-text region and the 2(W-1) prefix/suffix regions as attribution `_Region`s (all regions'
+    sums in one matrix product, all their tails in one saddlepoint call)."""
+    n, cells, c = ev.x.shape
+    win = np.arange(n) * windows // max(n, 1)
+    bounds = [(0, windows)] + [(0, j) for j in range(1, windows)] + [(j, windows) for j in range(1, windows)]
+    if windows == 1:
+        bounds = bounds[:1]
+    r = len(bounds)
+    member = np.array([(win >= lo) & (win < hi) for lo, hi in bounds], dtype=np.float64)  # [R, n]
+    s = (member @ (w[:, None, None] * ev.x).reshape(n, cells * c)).reshape(r, cells, c)
+    onehot = (ev.cell[:, None] == np.arange(cells)[None, :]).astype(np.float64)  # [n, cells]
+    cnt = np.rint(member @ onehot).astype(np.int64)  # [R, cells]
+    wmat = member[:, None, :] * onehot.T[None] * w[None, None, :]  # [R, cells, n]
+    k = min(2, c)
+    top = np.argsort(-s, axis=2, kind="stable")[..., :k]  # [R, cells, k]
+    vals = np.take_along_axis(s, top, axis=2)
+    lsf = weighted.weighted_log_sf(np.repeat(wmat.reshape(r * cells, n), k, axis=0), vals.reshape(-1))
+    lsf = lsf.reshape(r, cells, k)
+    live = cnt > 0
+    lp1 = np.where(live, weighted.log_max_tail(lsf[..., 0], c), 0.0)
+    lp2 = np.where(live, weighted.log_max_tail(lsf[..., -1], c - 1), 0.0) if c > 1 else np.zeros((r, cells))
+    rows = []
+    for i, (lo, hi) in enumerate(bounds):
+        level_lp = stats.log_fisher([float(x) for x, ok in zip(lp1[i], live[i], strict=True) if ok])
+        rows.append(_Region(lo, hi, s[i], cnt[i].tolist(), top[i, :, 0].tolist(), lp1[i].tolist(), lp2[i].tolist(),
+                            level_lp, int(top[i, 0, -1])))
+    return rows[0], rows[1:]
+
+
+def _attribute(full: _Region, regions: list[_Region], ev: _TokenEvidence, w: np.ndarray, windows: int,
+               per_value: bool, versions: int, alpha: float, bits: int) -> Attribution:
+    """engine/attribution's decision for one text from weighted regions (decide_batch's per-text steps)."""
+    log_v = math.log(max(versions, 1))
+    level_lp = min(0.0, full.level_lp + log_v)
+    if full.tokens == 0:
+        return Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
+    gated = level_lp > LOG_SCAN_GATE or windows == 1
+    opened = None if gated and level_lp > math.log(alpha) else opened_level(level_lp, regions, windows, log_v,
+                                                                                 math.log(alpha))
+    if opened is None:
+        return Attribution("absent", level_lp, reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
+    att, source = _decide(full, regions, windows, per_value, log_v, opened, math.log(alpha), bits)
+    if source is not None:
+        eq = _gamma_equivalent_scores(source, ev, w, windows)
+        n, winners = np.array([source.n]), np.array([source.winners])
+        conf, marg = posterior_batch(eq[None], n, winners)
+        att.confidence, att.bit_confidence = float(conf[0]), _bit_confidence(marg, n, winners, bits)[0]
+    if all(k > 0 for k in full.n):
+        v = 0
+        for x in full.winners:
+            v = (v << bits) | x
+        att.most_likely = v
+    return att
+
+
+def _gamma_equivalent_scores(r: _Region, ev: _TokenEvidence, w: np.ndarray, windows: int) -> np.ndarray:
+    """[cells, C]: each candidate's weighted sum as the equal-weight (Gamma(n, 1)) score with the same tail,
+    for the confidence model; tails interpolated on a grid of _GRID points per cell."""
+    n_tok = ev.x.shape[0]
+    win = np.arange(n_tok) * windows // max(n_tok, 1)
+    inr = (win >= r.lo) & (win < r.hi)
+    out = np.zeros_like(r.scores)
+    for k, cnt in enumerate(r.n):
+        if cnt == 0:
+            continue
+        wk = np.where(inr & (ev.cell == k), w, 0.0)
+        if not (wk > 0).any():
+            continue
+        s = r.scores[k]
+        grid = np.linspace(max(float(s.min()), 1e-9), float(s.max()), _GRID)
+        lsf = weighted.weighted_log_sf(np.broadcast_to(wk, (_GRID, wk.size)), grid)
+        out[k] = weighted.gamma_equivalent(cnt, np.interp(s, grid, lsf))
+    return out

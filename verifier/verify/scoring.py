@@ -1,0 +1,26 @@
+"""The service's scoring choice: model-free (default) or model-aware (HERO_MODEL_AWARE=1, `hero decode --model-aware`).
+
+Model-aware scoring re-runs the profile's language model over each text (engine/model_aware.py) on the worker's
+device; the model comes from verifier.lm, loaded once per process and device.
+"""
+
+from __future__ import annotations
+
+from verifier.engine.model_aware import ModelAwareScorer
+
+
+def _load(name: str, device: str):
+    from verifier import lm  # looked up per call: one loaded model per (name, device), memoised there
+
+    return lm.load_model(name, device)[0]
+
+
+def model_aware_scorer(enabled: bool, device: str = "cpu") -> ModelAwareScorer | None:
+    """The scorer for HERO_MODEL_AWARE (`device` "auto": CUDA when present), None for model-free scoring."""
+    if not enabled:
+        return None
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return ModelAwareScorer(_load, device)

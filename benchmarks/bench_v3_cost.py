@@ -5,6 +5,9 @@ token and level, one Philox block per value), on the C kernel (CPU), alternated 
     perf stat -e instructions python benchmarks/bench_v3_cost.py --only v3 ...   # instruction counts
 
 Prints ns per (scored token, value) for each round and the median ratio; `--isa` picks a kernel path.
+`--moderator` instead times a moderator's whole decode (level-1 keys only, `Decoder.decode_ids`) of the same
+texts under the v2 `default` profile (6 x 2-bit segments: 4 keys per token) and the `v3` profile (256 public
+values per token), alternated: texts/s per core.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--isa")
     ap.add_argument("--only", choices=("v2", "v3"))
+    ap.add_argument("--moderator", action="store_true")
     a = ap.parse_args()
+    if a.moderator:
+        return moderator(a)
     mod = cpu_kernel.load()
     if mod is None:
         raise SystemExit(f"C kernel unavailable: {cpu_kernel.error()}")
@@ -60,6 +66,29 @@ def main() -> None:
     if len(names) == 2:
         out["v2_over_v3"] = round(statistics.median(times["v2"]) / statistics.median(times["v3"]), 2)
     print(json.dumps(out))
+
+
+def moderator(a) -> None:
+    from verifier.engine.decoder import Decoder
+    from verifier.engine.keys import derive_level_table
+    from verifier.engine.profile import resolve_profile
+
+    torch.set_num_threads(a.threads)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 49152, (a.texts, a.tokens), generator=g).tolist()
+    decoders = {}
+    for name in ("default", "v3"):
+        prof = resolve_profile(name)
+        decoders[name] = Decoder(prof, {1: [derive_level_table(secrets.token_bytes(32), prof, 1, "l1-v1")]})
+    rates: dict[str, list[float]] = {n: [] for n in decoders}
+    for _ in range(a.rounds):
+        for name, dec in decoders.items():
+            t0 = time.perf_counter()
+            dec.decode_ids(ids)
+            rates[name].append(a.texts / (time.perf_counter() - t0))
+    print(json.dumps({"texts": a.texts, "tokens": a.tokens, "threads": a.threads,
+                      "texts_per_s": {n: [round(x, 1) for x in v] for n, v in rates.items()},
+                      "median_texts_per_s": {n: round(statistics.median(v), 1) for n, v in rates.items()}}))
 
 
 if __name__ == "__main__":

@@ -137,8 +137,32 @@ def analyse(args) -> None:
                                          for s in ("decoded", "absent", "mixed")}
             report["cells"].append(cell)
             print(json.dumps(cell), flush=True)
+    if args.humans:
+        report["humans"] = humans(args)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+def humans(args) -> dict:
+    """Human BBC text (first 200 tokens, re-tokenised) under a v3 moderator: releases and FPR at 1e-3 / 1e-4."""
+    from verifier.engine.decoder import Decoder
+    from verifier.evaluation.corpus import bbc_prompts_and_humans
+    from verifier.lm import load_tokenizer
+
+    profile = resolve_profile("v3")
+    tok = load_tokenizer("smollm2")
+    _, arts = bbc_prompts_and_humans(0, args.humans, seed=args.seed)
+    ids = [x[:max(LENGTHS)] for x in tok([a.text for a in arts], add_special_tokens=False)["input_ids"]]
+    out = {}
+    for width in WIDTHS:
+        prof = _width_profile(profile, width)
+        res = Decoder(prof, {1: _moderator_tables(prof, _masters(args.seed)[0], width)}).decode_ids(ids)
+        released = sum(r.levels[0].status in ("decoded", "mixed") for r in res)
+        out[f"model_bits_{width}"] = {"texts": len(ids), "released_or_mixed": released,
+                                      "fpr_1e-3": sum(r.p_value <= 1e-3 for r in res) / len(ids),
+                                      "watermarked_1e-4": sum(r.watermarked for r in res)}
+        print(json.dumps({"humans": width, **out[f"model_bits_{width}"]}), flush=True)
+    return out
 
 
 def main() -> None:
@@ -151,6 +175,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=CACHE)
     ap.add_argument("--json")
+    ap.add_argument("--humans", type=int, default=0, help="analyse: also decode this many human BBC texts")
     a = ap.parse_args()
     torch.set_num_threads(1)  # shared 2-core machine: no OpenMP spinning
     generate(a) if a.mode == "generate" else analyse(a)

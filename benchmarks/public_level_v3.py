@@ -154,7 +154,7 @@ def humans(args) -> dict:
     _, arts = bbc_prompts_and_humans(0, args.humans, seed=args.seed)
     ids = [x[:max(LENGTHS)] for x in tok([a.text for a in arts], add_special_tokens=False)["input_ids"]]
     out = {}
-    for width in WIDTHS:
+    for width in (6, 8):  # the shipped width and the cheaper alternative
         prof = _width_profile(profile, width)
         res = Decoder(prof, {1: _moderator_tables(prof, _masters(args.seed)[0], width)}).decode_ids(ids)
         released = sum(r.levels[0].status in ("decoded", "mixed") for r in res)

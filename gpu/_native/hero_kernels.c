@@ -254,6 +254,30 @@ static inline double *cell_of(const Work *w, const Item *it, int64_t n) {
 /* The evidence of one stream word u: -log((2^32 - 0.5 - u) / 2^32) with libm's log, as the reference computes it. */
 static inline double evidence(uint32_t u) { return -log((4294967295.5 - (double)u) / 4294967296.0); }
 
+#if HERO_VEC
+/* Four seeds (lo4, hi4): word j of each Philox4x32-10 stream (32-bit words held in 64-bit lanes; one block
+ * index for all lanes), its evidence added to dst[0..3]. */
+static inline void philox_add_x4(const v4u *plo, const v4u *phi, uint64_t j, double *dst) {
+    const v4u lo4 = *plo, hi4 = *phi;
+    const v4u m32 = {0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL};
+    const uint64_t blk = j >> 2;
+    v4u cc0 = m32 & (blk & 0xFFFFFFFFULL), cc1 = m32 & (blk >> 32), cc2 = hi4 & m32, cc3 = hi4 >> 32;
+    v4u kk0 = lo4 & m32, kk1 = lo4 >> 32;
+    for (int q = 0; q < 10; q++) {
+        v4u p0 = cc0 * 0xD2511F53ULL;
+        v4u p1 = cc2 * 0xCD9E8D57ULL;
+        cc0 = (p1 >> 32) ^ cc1 ^ kk0;
+        cc1 = p1 & m32;
+        cc2 = (p0 >> 32) ^ cc3 ^ kk1;
+        cc3 = p0 & m32;
+        kk0 = (kk0 + 0x9E3779B9ULL) & m32;
+        kk1 = (kk1 + 0xBB67AE85ULL) & m32;
+    }
+    const v4u u = (j & 3) == 0 ? cc0 : (j & 3) == 1 ? cc1 : (j & 3) == 2 ? cc2 : cc3;
+    for (int l = 0; l < 4; l++) dst[l] += evidence((uint32_t)u[l]);
+}
+#endif
+
 /* Candidates [c, c1) of token n, one at a time, added to dst (the scalar tail of every path). */
 static inline void score_scalar(const Work *w, const Item *it, int64_t n, int64_t c, int64_t c1, double *dst) {
     const uint64_t *msg = w->msg + n * w->nwords;
@@ -296,23 +320,7 @@ static void score_item_generic(const Work *w, int64_t r, int64_t t, int64_t c0, 
             v1 ^= 0xDD;
             VSIPROUND; VSIPROUND; VSIPROUND; VSIPROUND;
             v4u hi4 = v0 ^ v1 ^ v2 ^ v3;
-            /* Philox4x32-10, 32-bit words held in 64-bit lanes; one block index for all lanes */
-            const v4u m32 = {0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL};
-            const uint64_t blk = j >> 2;
-            v4u cc0 = m32 & (blk & 0xFFFFFFFFULL), cc1 = m32 & (blk >> 32), cc2 = hi4 & m32, cc3 = hi4 >> 32;
-            v4u kk0 = lo4 & m32, kk1 = lo4 >> 32;
-            for (int q = 0; q < 10; q++) {
-                v4u p0 = cc0 * 0xD2511F53ULL;
-                v4u p1 = cc2 * 0xCD9E8D57ULL;
-                cc0 = (p1 >> 32) ^ cc1 ^ kk0;
-                cc1 = p1 & m32;
-                cc2 = (p0 >> 32) ^ cc3 ^ kk1;
-                cc3 = p0 & m32;
-                kk0 = (kk0 + 0x9E3779B9ULL) & m32;
-                kk1 = (kk1 + 0xBB67AE85ULL) & m32;
-            }
-            const v4u u = (j & 3) == 0 ? cc0 : (j & 3) == 1 ? cc1 : (j & 3) == 2 ? cc2 : cc3;
-            for (int l = 0; l < 4; l++) dst[c + l] += evidence((uint32_t)u[l]);
+            philox_add_x4(&lo4, &hi4, j, dst + c);
         }
 #endif
         score_scalar(w, &it, n, c, c1, dst);
@@ -343,27 +351,12 @@ static void score_seeded_generic(const Work *w, int64_t r, int64_t t, int64_t c0
         const uint64_t j = (uint64_t)w->path[n * it.L1 + it.lvl];
         int64_t c = c0;
 #if HERO_VEC
-        const v4u m32 = {0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL};
-        const uint64_t blk = j >> 2;
         for (; c + 4 <= c1; c += 4) {
             v4u k0, k1;
             memcpy(&k0, it.K0 + c, sizeof k0);
             memcpy(&k1, it.K1 + c, sizeof k1);
-            v4u lo4 = k0 ^ sd[0], hi4 = k1 ^ sd[1];
-            v4u cc0 = m32 & (blk & 0xFFFFFFFFULL), cc1 = m32 & (blk >> 32), cc2 = hi4 & m32, cc3 = hi4 >> 32;
-            v4u kk0 = lo4 & m32, kk1 = lo4 >> 32;
-            for (int q = 0; q < 10; q++) {
-                v4u p0 = cc0 * 0xD2511F53ULL;
-                v4u p1 = cc2 * 0xCD9E8D57ULL;
-                cc0 = (p1 >> 32) ^ cc1 ^ kk0;
-                cc1 = p1 & m32;
-                cc2 = (p0 >> 32) ^ cc3 ^ kk1;
-                cc3 = p0 & m32;
-                kk0 = (kk0 + 0x9E3779B9ULL) & m32;
-                kk1 = (kk1 + 0xBB67AE85ULL) & m32;
-            }
-            const v4u u = (j & 3) == 0 ? cc0 : (j & 3) == 1 ? cc1 : (j & 3) == 2 ? cc2 : cc3;
-            for (int l = 0; l < 4; l++) dst[c + l] += evidence((uint32_t)u[l]);
+            const v4u lo4 = k0 ^ sd[0], hi4 = k1 ^ sd[1];
+            philox_add_x4(&lo4, &hi4, j, dst + c);
         }
 #endif
         score_seeded_scalar(&it, sd, j, c, c1, dst);

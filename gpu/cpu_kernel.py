@@ -30,7 +30,7 @@ from torch import Tensor
 from gpu.scoring import LevelKeys, ScoringSpec
 
 SOURCE = Path(__file__).parent / "_native" / "hero_kernels.c"
-ABI = 2  # must match PyModule_AddIntConstant(m, "ABI", ...) in the C source
+ABI = 3  # must match PyModule_AddIntConstant(m, "ABI", ...) in the C source
 _MODULE: ModuleType | None = None
 _TRIED = False
 _ERROR: str | None = None
@@ -160,6 +160,9 @@ def segment_scores(
         counts.numpy(),
         default_threads() if threads is None else int(threads),
         spec.stride,
+        _i64(int(tb.seed_key is not None) for tb in tables).numpy(),
+        _i64(0 if tb.seed_key is None else int(tb.seed_key[0].reshape(-1)[0]) for tb in tables).numpy(),
+        _i64(0 if tb.seed_key is None else int(tb.seed_key[1].reshape(-1)[0]) for tb in tables).numpy(),
     )
     res, off = [], 0
     for s in shapes:

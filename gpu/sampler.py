@@ -130,7 +130,9 @@ class HeroSampler:
         position_key: bytes,
         device: torch.device | str = "cpu",
         stride: int = 0,
+        seed_keys: list[bytes | None] | None = None,
     ) -> None:
+        """`seed_keys[l]`: spec v3 level key of level l (None: v1/v2, the entry key is the SipHash key)."""
         self.schedule = tuple(schedule)
         self.stride = stride
         self.segments = segments
@@ -144,6 +146,17 @@ class HeroSampler:
         self.k1 = torch.stack([w[1] for w in words])
         pk0, pk1 = prf.key_words([position_key], device)
         self.pos_k0, self.pos_k1 = pk0[0], pk1[0]
+        self.seed_words = [None if k is None else prf.key_words([k], device) for k in seed_keys or [None] * self.levels]
+
+    def level_seeds(self, level: int, m: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Seeds [B] of level `level` (0-based) for entries m [B]: SipHash of the entry key (v1/v2), or the
+        v3 level seed XOR the entry's value key (spec section 15)."""
+        sw = self.seed_words[level]
+        if sw is None:
+            return _prf_seed(self.k0[level][m], self.k1[level][m], context)
+        b = context.shape[0]
+        s0, s1 = _prf_seed(sw[0].expand(b), sw[1].expand(b), context)
+        return s0 ^ self.k0[level][m], s1 ^ self.k1[level][m]
 
     def positions(self, context: Tensor) -> Tensor:
         """Segment index k_t for each row's context [B, h] -> [B]."""
@@ -165,8 +178,7 @@ class HeroSampler:
         values = payload.to(torch.int64).gather(1, k.view(-1, 1, 1).expand(-1, 1, self.levels)).squeeze(1)
         seeds = []
         for level in range(self.levels):
-            m = values[:, level]
-            seeds.append(_prf_seed(self.k0[level][m], self.k1[level][m], context))
+            seeds.append(self.level_seeds(level, values[:, level], context))
         tokens = route_and_sample(logits, seeds, self.schedule, self.stride)
         if watermark is not None and not bool(watermark.all()):
             plain_rows = (~watermark).nonzero().squeeze(1)  # only those rows: O(V) per row

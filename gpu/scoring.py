@@ -6,7 +6,8 @@ t < length and its context x[t-h:t] did not occur at an earlier scored position 
 The i-th of a row's n scored tokens (0-based, in text order) lies in window floor(i * W / n), so
 W = 1 is the whole text and W > 1 lets a decoder compare prefixes and suffixes (mixed texts).
 A *segmented* table (v1, v2 level 1) has one cell per position segment k_t (from the position key);
-a *per-value* table (v2 private levels: one key per whole field value) has a single cell.
+a *per-value* table (v2 private levels: one key per whole field value) has a single cell. A *seeded*
+table (spec v3) carries a level key: per token one SipHash seed, per candidate that seed XOR its value key.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class LevelKeys:
     k0: Tensor
     k1: Tensor
     per_value: bool = False  # one cell (whole-value keys) instead of one cell per position segment
+    # spec v3: the level key's words ([1], [1]); the seed of candidate c is then
+    # SipHash(level key, context) XOR (k0[c], k1[c]) (one SipHash per token, one Philox block per candidate)
+    seed_key: tuple[Tensor, Tensor] | None = None
 
     @property
     def candidates(self) -> int:

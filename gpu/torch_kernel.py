@@ -15,6 +15,15 @@ from gpu.scoring import LevelKeys, ScoringSpec, empty_outputs, scored_tokens
 CHUNK_ELEMENTS = 1 << 20  # tokens x candidates per PRF pass (bounds the int64 temporaries)
 
 
+def candidate_seeds(table: LevelKeys, context: Tensor) -> tuple[Tensor, Tensor]:
+    """Seeds [n, C] of every candidate at contexts [n, h]: SipHash per candidate key (v1/v2), or one level
+    seed per context XOR each candidate's value key (v3)."""
+    if table.seed_key is None:
+        return prf.prf_seed(table.k0, table.k1, context.unsqueeze(1))
+    s0, s1 = prf.prf_seed(table.seed_key[0], table.seed_key[1], context)  # [n]
+    return s0.unsqueeze(1) ^ table.k0, s1.unsqueeze(1) ^ table.k1
+
+
 def segment_scores(
     ids: Tensor, lengths: Tensor, spec: ScoringSpec, position_key: tuple[Tensor, Tensor], tables: list[LevelKeys]
 ) -> tuple[list[Tensor], Tensor]:
@@ -37,7 +46,7 @@ def segment_scores(
         step = max(1, CHUNK_ELEMENTS // max(c, 1))
         for lo in range(0, st.row.numel(), step):
             hi = lo + step
-            ls0, ls1 = prf.prf_seed(table.k0, table.k1, st.context[lo:hi].unsqueeze(1))  # [n, C]
+            ls0, ls1 = candidate_seeds(table, st.context[lo:hi])  # [n, C]
             idx = paths[lo:hi, table.level - 1].unsqueeze(1).expand(-1, c)
             ev = prf.u32_to_evidence(prf.random_u32_indexed(ls0, ls1, idx))
             flat.index_add_(0, cell[lo:hi], ev)

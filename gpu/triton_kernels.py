@@ -6,6 +6,8 @@ per (row, block of BLOCK_C candidates) of one table): walks the row's scored tok
 per token, computes SipHash under every candidate key of the block (candidates across lanes), Philox
 word s_l and -log(1 - U) in float64, added into the program's [window x cell, candidate] tile. Each
 cell is a sequential sum in text order (no float atomics): deterministic, the reference's order.
+Spec v3 tables (a level key): `_seed_kernel` computes each token's level seed once, and
+`_score_seeded_kernel` draws one Philox block per candidate from (seed XOR value key).
 Context masking, windows, routing paths and message packing reuse the torch code (gpu/scoring.py,
 gpu/partition.py, gpu/prf.py).
 
@@ -148,6 +150,44 @@ if triton is not None:
         dst = out_ptr + (row * n_cells + rs)[:, None] * n_cand + cs[None, :]
         tl.store(dst, acc, mask=(rs < n_cells)[:, None] & cmask[None, :])
 
+    @triton.jit
+    def _seed_kernel(msg_ptr, lk0, lk1, s0_ptr, s1_ptr, n_tokens, NW: tl.constexpr, BLOCK: tl.constexpr):
+        """Spec v3: each token's level seed SipHash-2-4-128(level key, context)."""
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n_tokens
+        zero = tl.zeros([BLOCK], dtype=tl.uint64)
+        s0, s1 = _siphash128(zero + lk0.to(tl.uint64, bitcast=True), zero + lk1.to(tl.uint64, bitcast=True),
+                             msg_ptr, offs * NW, mask, NW)
+        tl.store(s0_ptr + offs, s0.to(tl.int64, bitcast=True), mask=mask)
+        tl.store(s1_ptr + offs, s1.to(tl.int64, bitcast=True), mask=mask)
+
+    @triton.jit
+    def _score_seeded_kernel(
+        s0_ptr, s1_ptr, j_ptr, cell_ptr, start_ptr, key0_ptr, key1_ptr, out_ptr, n_cand, n_cells,
+        RP: tl.constexpr, BLOCK_C: tl.constexpr,
+    ):
+        """Spec v3 `_score_kernel`: per token and candidate one Philox block of (level seed ^ value key)."""
+        row = tl.program_id(0)
+        cs = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        cmask = cs < n_cand
+        k0 = tl.load(key0_ptr + cs, mask=cmask, other=0).to(tl.uint64, bitcast=True)
+        k1 = tl.load(key1_ptr + cs, mask=cmask, other=0).to(tl.uint64, bitcast=True)
+        zero = tl.zeros([BLOCK_C], dtype=tl.uint64)
+        rs = tl.arange(0, RP)
+        acc = tl.zeros([RP, BLOCK_C], dtype=tl.float64)
+        start = tl.load(start_ptr + row)
+        end = tl.load(start_ptr + row + 1)
+        for n in range(start, end):
+            s0 = tl.load(s0_ptr + n).to(tl.uint64, bitcast=True)
+            s1 = tl.load(s1_ptr + n).to(tl.uint64, bitcast=True)
+            j = tl.load(j_ptr + n).to(tl.uint64, bitcast=True)
+            u = _philox_word(k0 ^ s0, k1 ^ s1, zero + j)
+            ev = -tl.log((4294967295.5 - u.to(tl.float64)) / 4294967296.0)
+            cell = tl.load(cell_ptr + n)
+            acc += tl.where((rs == cell)[:, None], ev[None, :], 0.0)
+        dst = out_ptr + (row * n_cells + rs)[:, None] * n_cand + cs[None, :]
+        tl.store(dst, acc, mask=(rs < n_cells)[:, None] & cmask[None, :])
+
 
 def _blocks(rows: int, candidates: int) -> tuple[int, int] | None:
     """(RP, BLOCK_C) tile of one program, or None when the window x cell rows do not fit one tile."""
@@ -196,6 +236,21 @@ def segment_scores(
         key0 = table.k0.to(device, torch.int64).contiguous()
         key1 = table.k1.to(device, torch.int64).contiguous()
         grid = (b, triton.cdiv(table.candidates, bc))
+        if table.seed_key is not None:  # spec v3: one level seed per token, then Philox per candidate
+            s0, s1 = _level_seeds(msg, table, n, nw, block)
+            _score_seeded_kernel[grid](s0, s1, j, cell, start, key0, key1, out, table.candidates,
+                                       spec.windows * cells, RP=rp, BLOCK_C=bc)
+            continue
         _score_kernel[grid](msg, j, cell, start, key0, key1, out, table.candidates, spec.windows * cells,
                             NW=nw, RP=rp, BLOCK_C=bc)
     return scores, counts
+
+
+def _level_seeds(msg: Tensor, table: LevelKeys, n: int, nw: int, block: int) -> tuple[Tensor, Tensor]:
+    """Spec v3 level seeds [N] (int64 bit patterns) of every scored token under the table's level key."""
+    assert table.seed_key is not None
+    s0 = torch.empty(n, dtype=torch.int64, device=msg.device)
+    s1 = torch.empty(n, dtype=torch.int64, device=msg.device)
+    lk0, lk1 = (prf.s64(int(x.reshape(-1)[0])) for x in table.seed_key)
+    _seed_kernel[(triton.cdiv(n, block),)](msg, lk0, lk1, s0, s1, n, NW=nw, BLOCK=block)
+    return s0, s1

@@ -78,7 +78,9 @@ def test_batch_decision_equals_the_scalar_rule_text_by_text(per_value, cells, c,
         _same(got, want)
         statuses.add(got.status)
     # the generated texts exercise every verdict (one window: no splices, so no `mixed`)
-    assert statuses == {"undecodable", "absent", "decoded", "mixed"} - ({"mixed"} if windows == 1 else set())
+    # (`detected`, a significant segmented level with its value withheld, occurs for segmented tables only)
+    want = {"undecodable", "absent", "decoded", "mixed"} - ({"mixed"} if windows == 1 else set())
+    assert statuses - {"detected"} == want
     # a text's verdict does not depend on its batch
     one = attribution.decide(attribution.LevelEvidence(scores[5], counts[5], per_value, versions), ALPHA, bits)
     _same(one, scalar.decide(scalar.LevelEvidence(scores[5], counts[5], per_value, versions), ALPHA, bits))

@@ -190,7 +190,8 @@ def test_confidence_is_high_when_marked_and_low_when_not(corpus):
 
 def test_a_destroyed_version_does_not_hide_evidence_under_a_held_one():
     """`undecodable` (the version that made the text may be gone) only where the held versions show no evidence:
-    short texts whose level 1 is significant but `absent` (weak segments) were made with a held version."""
+    short texts whose level 1 is significant but `detected` (value withheld: weak segments) were made with a held
+    version."""
     ks = make_keyset(PROFILE, 5)
     short = generate(PROFILE, ks, [{"level1": 77, "level2": 5}] * 20, 30, seed=30).tolist()
     plain = np.random.default_rng(12).integers(0, PROFILE.vocab_size, size=(20, 30)).tolist()
@@ -199,7 +200,8 @@ def test_a_destroyed_version_does_not_hide_evidence_under_a_held_one():
     weak = [r.levels[0] for r in res[:20] if r.levels[0].p_value <= 1e-4 and r.levels[0].status != "decoded"]
     assert len(weak) >= 10
     for lv in weak:
-        assert lv.status == "absent" and lv.key_version == ks.tables[0].version and lv.reason != gone, lv
+        assert lv.status == "detected" and lv.key_version == ks.tables[0].version and lv.reason != gone, lv
+        assert lv.reason.startswith("value withheld") and lv.fields == {"level1": None}
     for r in res[20:]:
         lv = r.levels[0]
         assert (lv.status, lv.reason, lv.key_version) == ("undecodable", gone, None), lv

@@ -14,6 +14,9 @@
  *   - every cell is a sequential sum in text order, as in the reference.
  * So with the same libm, results are identical bit for bit, and always reproducible run to run.
  *
+ * Spec v3 ("seeded" tables): one SipHash-2-4-128 seed per token and table under the level key (phase 2),
+ * then per candidate one Philox4x32-10 block of (seed XOR the candidate's value key) (phase 3).
+ *
  * Work split: (1) context masking (dedup) per row and the window of each token, sequential; (2) per
  * scored token (threads over tokens): message words, segment, routing path; (3) work items (row, table, slice of 256
  * candidates) from a shared counter: each item owns its cells and walks the row's tokens in order,
@@ -126,6 +129,10 @@ typedef struct {
     int64_t slice, nitems;
     const int64_t *item_table_first; /* [ntables + 1] slices per row, prefix sums */
     int64_t next;                    /* shared work counter */
+    /* spec v3: seeded[t] != 0 for a table with a level key (sk0[t], sk1[t]); tseed [n, ntables, 2] */
+    const int64_t *seeded;
+    const uint64_t *sk0, *sk1;
+    uint64_t *tseed;
 } Work;
 
 typedef struct {
@@ -221,6 +228,8 @@ typedef struct {
     int64_t C, lvl, L1, cells;    /* candidates, level index, routing path stride, cells per window */
     const uint64_t *K0, *K1;      /* the table's key words */
     double *base;                 /* row r's [W, cells, C] block of the table's output */
+    const uint64_t *tseed;        /* v3: the table's seed of token n at tseed[n * sstride] */
+    int64_t sstride;
 } Item;
 
 static inline Item item_of(const Work *w, int64_t r, int64_t t) {
@@ -232,6 +241,8 @@ static inline Item item_of(const Work *w, int64_t r, int64_t t) {
     it.K0 = w->k0 + w->koff[t];
     it.K1 = w->k1 + w->koff[t];
     it.base = w->out + w->ooff[t] + r * w->windows * it.cells * it.C;
+    it.tseed = w->tseed + 2 * t;
+    it.sstride = 2 * w->ntables;
     return it;
 }
 
@@ -242,6 +253,30 @@ static inline double *cell_of(const Work *w, const Item *it, int64_t n) {
 
 /* The evidence of one stream word u: -log((2^32 - 0.5 - u) / 2^32) with libm's log, as the reference computes it. */
 static inline double evidence(uint32_t u) { return -log((4294967295.5 - (double)u) / 4294967296.0); }
+
+#if HERO_VEC
+/* Four seeds (lo4, hi4): word j of each Philox4x32-10 stream (32-bit words held in 64-bit lanes; one block
+ * index for all lanes), its evidence added to dst[0..3]. */
+static inline void philox_add_x4(const v4u *plo, const v4u *phi, uint64_t j, double *dst) {
+    const v4u lo4 = *plo, hi4 = *phi;
+    const v4u m32 = {0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL};
+    const uint64_t blk = j >> 2;
+    v4u cc0 = m32 & (blk & 0xFFFFFFFFULL), cc1 = m32 & (blk >> 32), cc2 = hi4 & m32, cc3 = hi4 >> 32;
+    v4u kk0 = lo4 & m32, kk1 = lo4 >> 32;
+    for (int q = 0; q < 10; q++) {
+        v4u p0 = cc0 * 0xD2511F53ULL;
+        v4u p1 = cc2 * 0xCD9E8D57ULL;
+        cc0 = (p1 >> 32) ^ cc1 ^ kk0;
+        cc1 = p1 & m32;
+        cc2 = (p0 >> 32) ^ cc3 ^ kk1;
+        cc3 = p0 & m32;
+        kk0 = (kk0 + 0x9E3779B9ULL) & m32;
+        kk1 = (kk1 + 0xBB67AE85ULL) & m32;
+    }
+    const v4u u = (j & 3) == 0 ? cc0 : (j & 3) == 1 ? cc1 : (j & 3) == 2 ? cc2 : cc3;
+    for (int l = 0; l < 4; l++) dst[l] += evidence((uint32_t)u[l]);
+}
+#endif
 
 /* Candidates [c, c1) of token n, one at a time, added to dst (the scalar tail of every path). */
 static inline void score_scalar(const Work *w, const Item *it, int64_t n, int64_t c, int64_t c1, double *dst) {
@@ -285,26 +320,46 @@ static void score_item_generic(const Work *w, int64_t r, int64_t t, int64_t c0, 
             v1 ^= 0xDD;
             VSIPROUND; VSIPROUND; VSIPROUND; VSIPROUND;
             v4u hi4 = v0 ^ v1 ^ v2 ^ v3;
-            /* Philox4x32-10, 32-bit words held in 64-bit lanes; one block index for all lanes */
-            const v4u m32 = {0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL};
-            const uint64_t blk = j >> 2;
-            v4u cc0 = m32 & (blk & 0xFFFFFFFFULL), cc1 = m32 & (blk >> 32), cc2 = hi4 & m32, cc3 = hi4 >> 32;
-            v4u kk0 = lo4 & m32, kk1 = lo4 >> 32;
-            for (int q = 0; q < 10; q++) {
-                v4u p0 = cc0 * 0xD2511F53ULL;
-                v4u p1 = cc2 * 0xCD9E8D57ULL;
-                cc0 = (p1 >> 32) ^ cc1 ^ kk0;
-                cc1 = p1 & m32;
-                cc2 = (p0 >> 32) ^ cc3 ^ kk1;
-                cc3 = p0 & m32;
-                kk0 = (kk0 + 0x9E3779B9ULL) & m32;
-                kk1 = (kk1 + 0xBB67AE85ULL) & m32;
-            }
-            const v4u u = (j & 3) == 0 ? cc0 : (j & 3) == 1 ? cc1 : (j & 3) == 2 ? cc2 : cc3;
-            for (int l = 0; l < 4; l++) dst[c + l] += evidence((uint32_t)u[l]);
+            philox_add_x4(&lo4, &hi4, j, dst + c);
         }
 #endif
         score_scalar(w, &it, n, c, c1, dst);
+    }
+}
+
+/* Phase 2 for v3 tables: token n's seed under each seeded table's level key (a few per token, scalar). */
+static void prepare_seeds(Work *w, int64_t lo, int64_t hi) {
+    for (int64_t n = lo; n < hi; n++)
+        for (int64_t t = 0; t < w->ntables; t++)
+            if (w->seeded[t])
+                siphash128(w->sk0[t], w->sk1[t], w->msg + n * w->nwords, w->nwords, &w->tseed[(n * w->ntables + t) * 2],
+                           &w->tseed[(n * w->ntables + t) * 2 + 1]);
+}
+
+/* v3 candidates [c, c1) of token n, one at a time: Philox block of (seed ^ value key). */
+static inline void score_seeded_scalar(const Item *it, const uint64_t *sd, uint64_t j, int64_t c, int64_t c1,
+                                       double *dst) {
+    for (; c < c1; c++) dst[c] += evidence(philox_word(sd[0] ^ it->K0[c], sd[1] ^ it->K1[c], j));
+}
+
+/* Phase 3 for a v3 table (see score_item_generic): no SipHash per candidate, one Philox block each. */
+static void score_seeded_generic(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    const Item it = item_of(w, r, t);
+    for (int64_t n = w->row_start[r]; n < w->row_start[r + 1]; n++) {
+        double *dst = cell_of(w, &it, n);
+        const uint64_t *sd = it.tseed + n * it.sstride;
+        const uint64_t j = (uint64_t)w->path[n * it.L1 + it.lvl];
+        int64_t c = c0;
+#if HERO_VEC
+        for (; c + 4 <= c1; c += 4) {
+            v4u k0, k1;
+            memcpy(&k0, it.K0 + c, sizeof k0);
+            memcpy(&k1, it.K1 + c, sizeof k1);
+            const v4u lo4 = k0 ^ sd[0], hi4 = k1 ^ sd[1];
+            philox_add_x4(&lo4, &hi4, j, dst + c);
+        }
+#endif
+        score_seeded_scalar(&it, sd, j, c, c1, dst);
     }
 }
 
@@ -475,6 +530,55 @@ AVX2_INLINE void prepare_tokens_x4(Work *w, int64_t lo, int64_t hi) {
     }
 }
 
+/* Phase 3 for a v3 table on AVX2: HERO_NV groups of 4 candidates, one Philox block each (no SipHash). */
+AVX2_INLINE void score_seeded_x4(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    const Item it = item_of(w, r, t);
+    for (int64_t n = w->row_start[r]; n < w->row_start[r + 1]; n++) {
+        double *dst = cell_of(w, &it, n);
+        const uint64_t *sd = it.tseed + n * it.sstride;
+        const uint64_t j = (uint64_t)w->path[n * it.L1 + it.lvl], blk = j >> 2;
+        const v4u s0 = bcast_x4(sd[0]), s1 = bcast_x4(sd[1]);
+        int64_t c = c0;
+        for (; c + 4 * HERO_NV <= c1; c += 4 * HERO_NV) {
+            v4u cc0[HERO_NV], cc1[HERO_NV], cc2[HERO_NV], cc3[HERO_NV], kk0[HERO_NV], kk1[HERO_NV];
+            for (int e = 0; e < HERO_NV; e++) {
+                v4u k0, k1;
+                memcpy(&k0, it.K0 + c + 4 * e, sizeof k0);
+                memcpy(&k1, it.K1 + c + 4 * e, sizeof k1);
+                v4u lo = k0 ^ s0, hi = k1 ^ s1;
+                cc0[e] = bcast_x4(blk);
+                cc1[e] = bcast_x4(blk >> 32);
+                cc2[e] = hi;
+                cc3[e] = hi >> 32;
+                kk0[e] = lo;
+                kk1[e] = lo >> 32;
+            }
+            for (int q = 0; q < 10; q++)
+                for (int e = 0; e < HERO_NV; e++) {
+                    v4u p0 = mul32_x4(cc0[e], 0xD2511F53U), p1 = mul32_x4(cc2[e], 0xCD9E8D57U);
+                    cc0[e] = (p1 >> 32) ^ cc1[e] ^ kk0[e];
+                    cc2[e] = (p0 >> 32) ^ cc3[e] ^ kk1[e];
+                    cc1[e] = p1;
+                    cc3[e] = p0;
+                    kk0[e] += 0x9E3779B9U;
+                    kk1[e] += 0xBB67AE85U;
+                }
+            for (int e = 0; e < HERO_NV; e++) {
+                const v4u u = (j & 3) == 0 ? cc0[e] : (j & 3) == 1 ? cc1[e] : (j & 3) == 2 ? cc2[e] : cc3[e];
+                for (int l = 0; l < 4; l++) dst[c + 4 * e + l] += evidence((uint32_t)u[l]);
+            }
+        }
+        score_seeded_scalar(&it, sd, j, c, c1, dst);
+    }
+}
+
+static AVX2_FN void score_seeded_avx2(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    score_seeded_x4(w, r, t, c0, c1);
+}
+static AVX512_FN void score_seeded_avx512(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
+    score_seeded_x4(w, r, t, c0, c1);
+}
+
 static AVX2_FN void score_item_avx2(const Work *w, int64_t r, int64_t t, int64_t c0, int64_t c1) {
     score_item_x4(w, r, t, c0, c1);
 }
@@ -491,15 +595,16 @@ typedef struct {
     const char *name;
     void (*score_item)(const Work *, int64_t, int64_t, int64_t, int64_t);
     void (*prepare_tokens)(Work *, int64_t, int64_t);
-    int needs; /* 2: AVX-512 (F, VL) and AVX2, 1: AVX2, 0: nothing */
+    int needs;
+    void (*score_seeded)(const Work *, int64_t, int64_t, int64_t, int64_t); /* spec v3 tables */ /* 2: AVX-512 (F, VL) and AVX2, 1: AVX2, 0: nothing */
 } Isa;
 
 static const Isa isas[] = {
 #if HERO_X86
-    {"avx512", score_item_avx512, prepare_tokens_avx512, 2},
-    {"avx2", score_item_avx2, prepare_tokens_avx2, 1},
+    {"avx512", score_item_avx512, prepare_tokens_avx512, 2, score_seeded_avx512},
+    {"avx2", score_item_avx2, prepare_tokens_avx2, 1, score_seeded_avx2},
 #endif
-    {"generic", score_item_generic, prepare_tokens_generic, 0},
+    {"generic", score_item_generic, prepare_tokens_generic, 0, score_seeded_generic},
 };
 #define NISAS ((int)(sizeof isas / sizeof isas[0]))
 static const Isa *isa = &isas[NISAS - 1];
@@ -522,16 +627,17 @@ static void run_items(Work *w) {
         while (rem >= w->item_table_first[t + 1]) t++;
         int64_t c0 = (rem - w->item_table_first[t]) * w->slice;
         int64_t c1 = c0 + w->slice < w->sizes[t] ? c0 + w->slice : w->sizes[t];
-        if (w->row_start[r + 1] > w->row_start[r]) isa->score_item(w, r, t, c0, c1);
+        if (w->row_start[r + 1] > w->row_start[r]) (w->seeded[t] ? isa->score_seeded : isa->score_item)(w, r, t, c0, c1);
     }
 }
 
 #if HERO_THREADS
 static void *slice_main(void *arg) {
     Slice *s = (Slice *)arg;
-    if (s->phase == 2)
+    if (s->phase == 2) {
         isa->prepare_tokens(s->w, s->lo, s->hi);
-    else
+        prepare_seeds(s->w, s->lo, s->hi);
+    } else
         run_items(s->w);
     return NULL;
 }
@@ -561,9 +667,10 @@ static void parallel(Work *w, int phase, int nt) {
         return;
     }
 #endif
-    if (phase == 2)
+    if (phase == 2) {
         isa->prepare_tokens(w, 0, w->n);
-    else
+        prepare_seeds(w, 0, w->n);
+    } else
         run_items(w);
 }
 
@@ -656,19 +763,20 @@ static int check_len(Py_buffer *b, Py_ssize_t nbytes, const char *name) {
 
 PyDoc_STRVAR(segment_scores_doc,
              "segment_scores(ids, lengths, B, T, h, vocab, schedule, segments, windows, pk0, pk1, levels, sizes,"
-             " per_value, k0, k1, out, counts, nthreads, stride) -> scored token count\n\n"
+             " per_value, k0, k1, out, counts, nthreads, stride, seeded, sk0, sk1) -> scored token count\n\n"
              "ids int64[B*T], lengths int64[B], schedule int64[L-1], levels/sizes/per_value int64[ntables],\n"
              "k0/k1 int64[sum sizes] (key words), out float64 (zeroed): table t as [B, W, cells_t, C_t] one after\n"
-             "the other (cells_t = 1 if per_value[t] else segments), counts int64[B*W*segments] (zeroed).");
+             "the other (cells_t = 1 if per_value[t] else segments), counts int64[B*W*segments] (zeroed);\n"
+             "seeded/sk0/sk1 int64[ntables]: spec v3 tables (seeded != 0) and their level key words.");
 
 static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
-    Py_buffer ids, lengths, schedule, levels, sizes, per_value, k0, k1, out, counts;
+    Py_buffer ids, lengths, schedule, levels, sizes, per_value, k0, k1, out, counts, seeded, sk0, sk1;
     Py_ssize_t B, T, h, vocab, segments, windows, stride;
     unsigned long long pk0, pk1;
     int nthreads;
-    if (!PyArg_ParseTuple(args, "y*y*nnnny*nnKKy*y*y*y*y*w*w*in", &ids, &lengths, &B, &T, &h, &vocab, &schedule,
-                          &segments, &windows, &pk0, &pk1, &levels, &sizes, &per_value, &k0, &k1, &out, &counts,
-                          &nthreads, &stride))
+    if (!PyArg_ParseTuple(args, "y*y*nnnny*nnKKy*y*y*y*y*w*w*iny*y*y*", &ids, &lengths, &B, &T, &h, &vocab,
+                          &schedule, &segments, &windows, &pk0, &pk1, &levels, &sizes, &per_value, &k0, &k1, &out,
+                          &counts, &nthreads, &stride, &seeded, &sk0, &sk1))
         return NULL;
     PyObject *result = NULL;
     int64_t *tok_row = NULL, *tok_pos = NULL, *seg = NULL, *win = NULL, *path = NULL, *table = NULL;
@@ -683,7 +791,9 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
         goto done;
     }
     if (!check_len(&ids, B * T * 8, "ids") || !check_len(&lengths, B * 8, "lengths") ||
-        !check_len(&sizes, ntables * 8, "sizes") || !check_len(&per_value, ntables * 8, "per_value"))
+        !check_len(&sizes, ntables * 8, "sizes") || !check_len(&per_value, ntables * 8, "per_value") ||
+        !check_len(&seeded, ntables * 8, "seeded") || !check_len(&sk0, ntables * 8, "sk0") ||
+        !check_len(&sk1, ntables * 8, "sk1"))
         goto done;
     koff = malloc((size_t)(ntables + 1) * sizeof(int64_t));
     ooff = malloc((size_t)(ntables + 1) * sizeof(int64_t));
@@ -722,7 +832,7 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
         while (cap < 2 * (T > h ? T - h : 1)) cap <<= 1;
         /* all per-token arrays in one scratch block, 8-byte words */
         const size_t words = 4 * (size_t)(maxn + 1) + (size_t)(maxn * (nsched + 1) + 1) + (size_t)(maxn * nwords + 1) +
-                             (size_t)(B + 1) + (size_t)cap;
+                             (size_t)(B + 1) + (size_t)cap + (size_t)(2 * maxn * ntables + 1);
         scratch = scratch_get(words * sizeof(int64_t), &scratch_cached);
         if (!scratch) {
             PyErr_NoMemory();
@@ -736,9 +846,11 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
         msg = (uint64_t *)(path + maxn * (nsched + 1) + 1);
         row_start = (int64_t *)(msg + maxn * nwords + 1);
         table = row_start + B + 1;
+        uint64_t *tseed = (uint64_t *)(table + cap);
         Work w = {pids, B, T, h, vocab, segments, windows, nsched, ntables, schedule.buf, levels.buf, sizes.buf,
                   per_value.buf, stride, k0.buf, k1.buf, koff, (uint64_t)pk0, (uint64_t)pk1, 0, tok_row, tok_pos,
-                  row_start, seg, win, path, msg, nwords, out.buf, ooff, SLICE, 0, first, 0};
+                  row_start, seg, win, path, msg, nwords, out.buf, ooff, SLICE, 0, first, 0,
+                  seeded.buf, sk0.buf, sk1.buf, tseed};
         int64_t n;
         Py_BEGIN_ALLOW_THREADS
         n = select_tokens(pids, plen, B, T, h, tok_row, tok_pos, table, cap);
@@ -790,6 +902,9 @@ done:
     PyBuffer_Release(&k1);
     PyBuffer_Release(&out);
     PyBuffer_Release(&counts);
+    PyBuffer_Release(&seeded);
+    PyBuffer_Release(&sk0);
+    PyBuffer_Release(&sk1);
     return result;
 }
 
@@ -923,6 +1038,6 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
     isa = &isas[0];
     while (!isa_supported(isa)) isa++; /* the last path, generic, is always supported */
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 2);
+    if (m) PyModule_AddIntConstant(m, "ABI", 3);
     return m;
 }

@@ -173,9 +173,9 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> A
     if not ranked:
         weak = [k for k, (lp, n) in enumerate(zip(full.log_p1, full.n.tolist(), strict=True))
                 if n == 0 or lp + log_v > cell_alpha]
-        return Attribution("absent", level_lp, reason=(
-            f"watermark evidence for this level (p = {stats.to_p(level_lp):.3g}) but segments {weak} lack "
-            "their own evidence: no value is released"))
+        return Attribution("detected", level_lp, reason=(
+            f"value withheld: watermark evidence for this level (p = {stats.to_p(level_lp):.3g}) but segments "
+            f"{weak} lack their own evidence"))
     value = ranked[0].value
     source = full if full_value == value else next(
         r for r in regions if by_region.get((r.lo, r.hi), (None,))[0] == value)

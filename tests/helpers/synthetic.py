@@ -24,6 +24,7 @@ def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed:
         [list(t.entries) for t in keyset.tables],
         keyset.position,
         stride=profile.routing_stride,
+        seed_keys=[t.level_key for t in keyset.tables],
     )
     pay = torch.tensor([encode_payload(profile, p) for p in payloads])
     b = len(payloads)

@@ -1,7 +1,7 @@
-"""Regenerates tests/vectors/hero_v1.json and hero_v2.json from the pure-Python reference.
+"""Regenerates tests/vectors/hero_v1.json, hero_v2.json and hero_v3.json from the pure-Python reference.
 
 The files are frozen: once released, a change to any value is a breaking change of the spec
-(docs/spec.md). Run only to add new vectors: `python tests/vectors/make_vectors.py [v1|v2]`.
+(docs/spec.md). Run only to add new vectors: `python tests/vectors/make_vectors.py [v1|v2|v3]`.
 Key derivations use `cryptography`'s HKDF directly (not the engine's helper) so the vectors check it.
 """
 
@@ -22,6 +22,7 @@ from verifier.engine.keys import entry_key, position_key
 
 OUT = Path(__file__).with_name("hero_v1.json")
 OUT_V2 = Path(__file__).with_name("hero_v2.json")
+OUT_V3 = Path(__file__).with_name("hero_v3.json")
 
 
 def hexb(b: bytes) -> str:
@@ -232,9 +233,82 @@ def main_v2() -> None:
     print(f"wrote {OUT_V2}")
 
 
+def v3_keys(master: bytes, level: int, key_bits: int, per_value: bool) -> tuple[bytes, list[bytes]]:
+    """(level key, value keys) of spec v3 section 15, with cryptography's HKDF."""
+    salt, label = b"HeRo-watermark-v3", b"hero/v3/value" if per_value else b"hero/v3/table"
+    level_key = hkdf16(master, salt, b"hero/v3/level" + struct.pack(">B", level))
+    return level_key, [hkdf16(master, salt, label + struct.pack(">BI", level, a)) for a in range(1 << key_bits)]
+
+
+def main_v3() -> None:
+    """Spec v3 (docs/spec.md section 15): keys, level seed ^ value key draws, window scores, generation step."""
+    rng = random.Random(20261127)
+    rb = lambda n: bytes(rng.randrange(256) for _ in range(n))  # noqa: E731
+    v: dict = {"spec_version": 3}
+    v["hkdf"] = []
+    for level, value, per_value in [(1, 0, True), (1, 255, True), (1, 3, False), (2, 4095, True), (3, 77, True)]:
+        master = rb(32)
+        label = b"hero/v3/value" if per_value else b"hero/v3/table"
+        v["hkdf"].append({"master": hexb(master), "level": level, "value": value, "per_value": per_value,
+                          "level_key": hexb(hkdf16(master, b"HeRo-watermark-v3",
+                                                   b"hero/v3/level" + struct.pack(">B", level))),
+                          "value_key": hexb(hkdf16(master, b"HeRo-watermark-v3",
+                                                   label + struct.pack(">BI", level, value))),
+                          "position_key": hexb(hkdf16(master, b"HeRo-watermark-v3", b"hero/v3/position"))})
+    v["draw"] = []
+    for h in (1, 3, 4, 5):
+        level_key, value_key = rb(16), rb(16)
+        ctx = [rng.randrange(262144) for _ in range(h)]
+        seed = R.prf_seed(level_key, ctx)
+        s0, s1 = R.v3_seed(seed, value_key)
+        words = [{"j": j, "u32": R.random_u32((s0, s1), j), "evidence": R.evidence(R.random_u32((s0, s1), j))}
+                 for j in (0, 1, 3, 4, 79, 613, 49151)]
+        v["draw"].append({"level_key": hexb(level_key), "value_key": hexb(value_key), "context": ctx,
+                          "level_s0": f"{seed[0]:016x}", "level_s1": f"{seed[1]:016x}",
+                          "s0": f"{s0:016x}", "s1": f"{s1:016x}", "words": words})
+    v["decode"] = []
+    # (vocab, schedule, bits per level, segments, h, windows, per-value flags, stride)
+    for vocab, sched, bits, segs, h, windows, flags, stride in [
+        (49152, [80], [2, 3], 2, 3, 8, [True, True], 0),  # v3 shape: public 4-bit and private 6-bit values
+        (49152, [20], [2, 2], 3, 4, 8, [False, True], 20),  # segmented level 1 under the v3 construction
+        (500, [5, 3], [1, 1, 2], 3, 2, 3, [True, False, True], 0),
+    ]:
+        ids = [rng.randrange(vocab) for _ in range(60)]
+        ids += ids[10:18]  # repeated contexts must be skipped
+        pos = rb(16)
+        tables = [(lv + 1, [rb(16) for _ in range(1 << (b * segs if pv else b))], pv, rb(16))
+                  for lv, (b, pv) in enumerate(zip(bits, flags, strict=True))]
+        scores, counts = R.window_scores(ids, h, vocab, sched, segs, pos, tables, stride, windows)
+        v["decode"].append({"vocab_size": vocab, "schedule": sched, "segments": segs, "context_width": h,
+                            "windows": windows, "stride": stride, "ids": ids, "position_key": hexb(pos),
+                            "tables": [{"level": lv, "per_value": pv, "level_key": hexb(lk),
+                                        "keys": [hexb(k) for k in ks]} for lv, ks, pv, lk in tables],
+                            "scores": scores, "counts": counts, "scored_positions": R.scored_positions(ids, h)})
+    v["sample"] = []
+    for vocab, sched, bits, segs in [(64, [4], [2, 3], 2), (200, [20], [2, 4], 2)]:
+        for _ in range(3):
+            masters = [rb(32) for _ in bits]
+            tabs = [v3_keys(m, lv + 1, b * segs, True) for lv, (m, b) in enumerate(zip(masters, bits, strict=True))]
+            values = [rng.randrange(1 << (b * segs)) for b in bits]
+            ctx = [rng.randrange(vocab) for _ in range(4)]
+            logits = [rng.gauss(0, 2) for _ in range(vocab)]
+            m = max(logits)
+            z = sum(math.exp(x - m) for x in logits)
+            probs = [math.exp(x - m) / z for x in logits]
+            token = R.hero_sample(probs, sched, [t[1][val] for t, val in zip(tabs, values, strict=True)], ctx,
+                                  seed_keys=[t[0] for t in tabs])
+            v["sample"].append({"vocab_size": vocab, "schedule": sched, "bits": bits, "segments": segs,
+                                "masters": [hexb(x) for x in masters], "values": values, "context": ctx,
+                                "logits": logits, "token": token})
+    OUT_V3.write_text(json.dumps(v, indent=1) + "\n")
+    print(f"wrote {OUT_V3}")
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["v1", "v2"]
+    which = sys.argv[1:] or ["v1", "v2", "v3"]
     if "v1" in which:
         main()
     if "v2" in which:
         main_v2()
+    if "v3" in which:
+        main_v3()

@@ -50,7 +50,8 @@ async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_l
     response_model=EvidenceOut,
     summary="Per-token level-1 evidence of one text (trusted roles)",
     description="Which tokens carry the level-1 mark, for a person looking at one text (the console highlights "
-    "them). Level 1 only, and only when its value is released (`decoded`). Such a map is a fast oracle for "
+    "them). Level 1 only, and only when its own evidence is significant (`decoded`, `detected`, `mixed`). "
+    "Such a map is a fast oracle for "
     "the level-1 keys, so it needs the action `evidence.read` (auditors and admins in the shipped policy); "
     "each call is an audit event (`verify.evidence`) with its receipt, committed before the answer.",
     responses=ERRORS,

@@ -77,7 +77,7 @@ class Span:
 
 @dataclass
 class Attribution:
-    status: str  # decoded | absent | mixed | undecodable
+    status: str  # decoded | detected (significant, value withheld) | absent | mixed | undecodable
     log_p: float  # the level's whole-text p-value (log), versions included
     value: int | None = None  # whole level value (segments concatenated, segment 0 most significant)
     confidence: float = 0.0
@@ -397,9 +397,10 @@ def _decide(full: _Region, regions: list[_Region], windows: int, per_value: bool
     if not ranked:
         weak = [k for k, (lp, n) in enumerate(zip(full.log_p1, full.n, strict=True))
                 if n == 0 or lp + log_v > cell_alpha]
-        return Attribution("absent", level_lp, reason=(
-            f"watermark evidence for this level (p = {stats.to_p(level_lp):.3g}) but segments {weak} lack "
-            "their own evidence: no value is released")), None
+        # `detected`, not `absent`: the level's own evidence is significant, only its value is withheld
+        return Attribution("detected", level_lp, reason=(
+            f"value withheld: watermark evidence for this level (p = {stats.to_p(level_lp):.3g}) but segments "
+            f"{weak} lack their own evidence")), None
     value = ranked[0].value
     source = full if full_value == value else next(
         r for r in regions if by_region.get((r.lo, r.hi), (None,))[0] == value)

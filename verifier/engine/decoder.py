@@ -141,6 +141,10 @@ class Decoder:
         self._words = {
             (lv, t.version): prf.key_words(list(t.entries), self.device) for lv, ts in self.tables.items() for t in ts
         }
+        self._seed_words = {  # spec v3 level keys (one seed per token and level)
+            (lv, t.version): prf.key_words([t.level_key], self.device)
+            for lv, ts in self.tables.items() for t in ts if t.level_key is not None
+        }
 
     # -- inputs -----------------------------------------------------------------------------
     def pad(self, batch: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,14 +171,15 @@ class Decoder:
         """Window scores [B, W, cells, C] (CPU) per table and counts [B, W, K] under one position key."""
         pk = prf.key_words([self._position_key(pos_version)], self.device)
         prof = self.profile
-        lk = [
-            LevelKeys(lv, *self._words[(lv, t.version)], per_value=prof.levels[lv - 1].per_value)
-            for lv, t in level_tables
-        ]
+        lk = [self._level_keys(lv, t.version) for lv, t in level_tables]
         spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride,
                            prof.windows)
         scores, counts = segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), lk)
         return [s.cpu() for s in scores], counts.cpu()
+
+    def _level_keys(self, lv: int, version: str) -> LevelKeys:
+        return LevelKeys(lv, *self._words[(lv, version)], per_value=self.profile.levels[lv - 1].per_value,
+                         seed_key=self._seed_words.get((lv, version)))
 
     def _position_key(self, version: str) -> bytes:
         for t in self.tables[1]:
@@ -248,11 +253,14 @@ class Decoder:
                     lv.candidates = lv.spans = None
                     lv.confidence = 0.0
                     lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
-            log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
+            level_log_ps = [lv.log10_p_value * math.log(10.0) for lv in levels]
+            log_p = stats.log_text_p(level_log_ps)
             n_scored = sum(seg)
+            # Level 1's own verdict stands for every role (spec 15.4): an auditor never sees less than a moderator.
+            detected = stats.to_p(log_p) <= self.alpha or stats.to_p(level_log_ps[0]) <= self.alpha
             results.append(
                 DecodeResult(
-                    watermarked=n_scored > 0 and stats.to_p(log_p) <= self.alpha,
+                    watermarked=n_scored > 0 and detected,
                     p_value=stats.to_p(log_p),
                     log10_p_value=_log10(log_p),
                     key_version=levels[0].key_version,
@@ -265,16 +273,17 @@ class Decoder:
         return results
 
     def token_evidence(self, ids: Sequence[int]) -> tuple[DecodeResult, list[tuple[int, float]]]:
-        """One text's decode plus, when level 1 is `decoded`, the evidence each scored token gives the released
-        level-1 value: [(token position, score)], a score being Exp(1)-distributed without the mark (mean 1).
+        """One text's decode plus, when level 1's own evidence is significant (`decoded`, `detected` or `mixed`:
+        it then names its key version), the evidence each scored token gives the value the whole text supports
+        (per cell): [(token position, score)], a score being Exp(1)-distributed without the mark (mean 1).
 
-        Level 1 only, and for a value already released: the map adds no field, but per-token evidence is a
+        Level 1 only, and only for a detected level: the map adds no field, but per-token evidence is a
         far faster oracle for the level's keys than one p-value per text, so the service shows it to
         trusted roles only (docs/service.md). Scored once more with one window per scored token.
         """
         result = self.decode_ids([ids])[0]
         lv1 = result.levels[0]
-        if lv1.status != "decoded":
+        if lv1.key_version is None:  # level 1's own evidence is not significant: nothing to show
             return result, []
         positions = reference.scored_positions(list(ids), self.profile.context_width)
         if not positions:
@@ -282,7 +291,7 @@ class Decoder:
         table = next(t for t in self.tables[1] if t.version == lv1.key_version)
         prof = self.profile
         pk = prf.key_words([self._position_key(table.version)], self.device)
-        keys = LevelKeys(1, *self._words[(1, table.version)], per_value=prof.levels[0].per_value)
+        keys = self._level_keys(1, table.version)
         spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride,
                            len(positions))
         padded, lengths = self.pad([ids])

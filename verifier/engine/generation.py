@@ -53,6 +53,7 @@ def make_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = 
         keyset.position,
         torch.device(device),
         stride=profile.routing_stride,
+        seed_keys=[t.level_key for t in keyset.tables],
     )
 
 

@@ -4,7 +4,9 @@ A master secret is 32 bytes from the OS CSPRNG. Entry a of level l's table and t
 128-bit SipHash keys derived with HKDF-SHA256, so a table of independent-looking secrets is rebuilt on
 demand from one stored secret. Spec v1 tables hold one key per segment value (2^b_l); spec v2 tables of
 per-value levels hold one key per whole level value (2^(K b_l), 4096 for a 12-bit `user`), so two users'
-marks are independent PRF outputs (no shared segment keys). Objects holding key bytes never print them.
+marks are independent PRF outputs (no shared segment keys). Spec v3 tables add a level key (one SipHash
+seed per token and level); their entries are 128-bit value keys XORed into that
+seed before Philox. Objects holding key bytes never print them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ MASTER_SECRET_BYTES = 32
 KEY_BYTES = 16
 HKDF_SALT = b"HeRo-watermark-v1"
 HKDF_SALT_V2 = b"HeRo-watermark-v2"
+HKDF_SALT_V3 = b"HeRo-watermark-v3"
 
 
 def new_master_secret() -> bytes:
@@ -63,6 +66,20 @@ def v2_position_key(master_level1: bytes) -> bytes:
     return _hkdf_many(master_level1, HKDF_SALT_V2, [b"hero/v2/position"])[0]
 
 
+def v3_entry_info(level: int, value: int, per_value: bool) -> bytes:
+    """Spec v3 (section 15) HKDF info of the value key of `value`: 'hero/v3/value' or 'hero/v3/table'."""
+    return (b"hero/v3/value" if per_value else b"hero/v3/table") + struct.pack(">BI", level, value)
+
+
+def v3_level_key(master: bytes, level: int) -> bytes:
+    """The level's SipHash key (one seed per token and level): info = 'hero/v3/level' || u8(level)."""
+    return _hkdf_many(master, HKDF_SALT_V3, [b"hero/v3/level" + struct.pack(">B", level)])[0]
+
+
+def v3_position_key(master_level1: bytes) -> bytes:
+    return _hkdf_many(master_level1, HKDF_SALT_V3, [b"hero/v3/position"])[0]
+
+
 @dataclass(frozen=True, repr=False)
 class KeyTable:
     """One level's key table at one version: 2^bits SipHash keys (+ the position key at level 1)."""
@@ -71,6 +88,8 @@ class KeyTable:
     version: str
     entries: tuple[bytes, ...]
     position: bytes | None = None
+    # spec v3: the level's SipHash key (one seed per token); entries are then value keys XORed into it
+    level_key: bytes | None = None
 
     def __repr__(self) -> str:  # never show key bytes
         return f"KeyTable(level={self.level}, version={self.version!r}, entries={len(self.entries)})"
@@ -92,6 +111,10 @@ def derive_level_table(master: bytes, profile, level: int, version: str) -> KeyT
         return derive_table(master, level, lv.bits, version)
     if len(master) != MASTER_SECRET_BYTES:
         raise ValueError("master secret has the wrong length")
+    if profile.spec_version >= 3:
+        infos = [v3_entry_info(level, a, lv.per_value) for a in range(1 << lv.key_bits)]
+        return KeyTable(level, version, tuple(_hkdf_many(master, HKDF_SALT_V3, infos)),
+                        v3_position_key(master) if level == 1 else None, v3_level_key(master, level))
     infos = [v2_entry_info(level, a, lv.per_value) for a in range(1 << lv.key_bits)]
     entries = tuple(_hkdf_many(master, HKDF_SALT_V2, infos))
     return KeyTable(level, version, entries, v2_position_key(master) if level == 1 else None)

@@ -18,7 +18,7 @@ from verifier.resources import project_root
 
 DEFAULT_FIRST_CHUNKS = 20
 DEFAULT_DEEPER_CHUNKS = 4
-SPEC_VERSIONS = (1, 2)
+SPEC_VERSIONS = (1, 2, 3)
 ENCODINGS = ("segments", "value")
 MAX_VALUE_BITS = 16  # a per-value level is decoded by trying all 2^bits values
 V2_WINDOWS = 8  # spec v2: scored tokens are scored in 8 windows (prefix/suffix scans of mixed texts)
@@ -192,8 +192,8 @@ def _level(raw: Any, i: int, last: bool, segments: int, where: str, seen: set[st
         raise ProfileError(f"{lw}: encoding must be one of {ENCODINGS}, got {encoding!r}")
     if encoding == "value" and spec_version < 2:
         raise ProfileError(f"{lw}: encoding 'value' needs spec_version 2")
-    if encoding == "value" and i == 1:
-        raise ProfileError(f"{lw}: level 1 carries the position key and must use encoding 'segments'")
+    if encoding == "value" and i == 1 and spec_version < 3:
+        raise ProfileError(f"{lw}: a per-value level 1 (maximum-likelihood public value) needs spec_version 3")
     if encoding == "value" and bits * segments > MAX_VALUE_BITS:
         raise ProfileError(
             f"{lw}: a per-value level is decoded over all 2^bits values; {bits * segments} bits exceeds "
@@ -212,7 +212,7 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
     where = f"profile {name!r}"
     spec_version = _int(data, "spec_version", where, 1)
     if spec_version not in SPEC_VERSIONS:
-        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1 and 2)")
+        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1-3)")
     vocab = _int(data, "vocab_size", where)
     h = _int(data, "context_width", where, 4)
     segments = _int(data, "segments", where)
@@ -267,6 +267,11 @@ def resolve_profile(name_or_path: str) -> Profile:
 def default_profile() -> Profile:
     """The shipped default (policies/profiles/default.yaml): spec v2 HeRo^2(2,2), 24 bits, for SmolLM2."""
     return load_profile(PROFILES_DIR / "default.yaml")
+
+
+def v3_profile() -> Profile:
+    """The spec v3 profile (policies/profiles/v3.yaml): public `model` by maximum likelihood, v3 construction."""
+    return load_profile(PROFILES_DIR / "v3.yaml")
 
 
 def v1_profile() -> Profile:

@@ -1,4 +1,4 @@
-"""Pure-Python reference of the frozen HeRo randomness, spec v1 and v2 (docs/spec.md).
+"""Pure-Python reference of the frozen HeRo randomness, spec v1, v2 and v3 (docs/spec.md).
 
 Slow on purpose and written to be read next to the spec: every fast path (torch, compiled CPU, CUDA)
 is tested for bit equality against these functions.  Nothing here imports torch or numpy.
@@ -119,6 +119,22 @@ def random_u32(seed: tuple[int, int], j: int) -> int:
     return philox4x32_10(ctr, key)[j & 3]
 
 
+def v3_seed(level_seed: tuple[int, int], value_key: bytes) -> tuple[int, int]:
+    """Spec v3: the draw seed of one value = the token's level seed XOR the value's 128-bit key.
+
+    The level seed is one SipHash per token and level (`prf_seed(level_key, context)`); each value then costs
+    one Philox block (`random_u32(v3_seed(...), j)`) instead of a SipHash and a Philox block."""
+    k0, k1 = struct.unpack("<QQ", value_key)
+    return level_seed[0] ^ k0, level_seed[1] ^ k1
+
+
+def table_seed(key: bytes, context: Sequence[int], level_key: bytes | None = None) -> tuple[int, int]:
+    """Seed of one key-table entry at one context: v1/v2 SipHash of the entry key, v3 level seed ^ value key."""
+    if level_key is None:
+        return prf_seed(key, context)
+    return v3_seed(prf_seed(level_key, context), key)
+
+
 def u32_to_uniform(u: int) -> float:
     """U = (u + 1/2) / 2^32, exact in binary64 and strictly inside (0, 1)."""
     return (u + 0.5) / 4294967296.0
@@ -214,17 +230,20 @@ def hero_sample(
     level_keys: Sequence[bytes],
     context: Sequence[int],
     stride: int = 0,
+    seed_keys: Sequence[bytes | None] | None = None,
 ) -> int:
     """Reference HeRo Gumbel-max step: routing by chunk mass, then Gumbel-max inside the chunk.
 
-    `level_keys[l]` is the key-table entry K^(l)(m^(l)) selected by the payload for this position.
+    `level_keys[l]` is the key-table entry K^(l)(m^(l)) selected by the payload for this position; under
+    spec v3 `seed_keys[l]` is level l's key and `level_keys[l]` the value key (`table_seed`).
     With an interleaved layout the vocabulary is first put in routing order.
     """
+    seed_keys = seed_keys or [None] * len(level_keys)
     v = len(probs)
     probs = [probs[deinterleave(y, v, stride)] for y in range(v)]
     offset, size = 0, len(probs)
     for level, k in enumerate(schedule):
-        seed = prf_seed(level_keys[level], context)
+        seed = table_seed(level_keys[level], context, seed_keys[level])
         best, best_i = -math.inf, 0
         for i in range(k):
             s, e = chunk_bounds(size, k, i)
@@ -236,7 +255,7 @@ def hero_sample(
                 best, best_i = g, i
         s, e = chunk_bounds(size, k, best_i)
         offset, size = offset + s, e - s
-    seed = prf_seed(level_keys[len(schedule)], context)
+    seed = table_seed(level_keys[len(schedule)], context, seed_keys[len(schedule)])
     best, best_j = -math.inf, 0
     for j in range(size):
         p = probs[offset + j]
@@ -276,19 +295,20 @@ def window_scores(
     schedule: Sequence[int],
     segments: int,
     pos_key: bytes,
-    tables: Sequence[tuple[int, Sequence[bytes], bool]],
+    tables: Sequence[tuple],
     stride: int = 0,
     windows: int = 1,
 ) -> tuple[list[list[list[list[float]]]], list[list[int]]]:
-    """Per table ((level, entry keys, per_value)): scores[w][cell][a], where cell is the position
+    """Per table ((level, entry keys, per_value[, level key])): scores[w][cell][a], where cell is the position
     segment of the token (segmented tables) or 0 (per-value tables); counts[w][k] tokens per window and
-    segment. Every cell is a sequential sum in text order."""
+    segment. Every cell is a sequential sum in text order. A table with a level key is a spec v3 table:
+    one level seed per token, each entry's draw keyed by it XOR the entry (value) key."""
     positions = scored_positions(ids, h)
     n = len(positions)
     counts = [[0] * segments for _ in range(windows)]
     scores = [
         [[[0.0] * len(keys) for _ in range(1 if per_value else segments)] for _ in range(windows)]
-        for _, keys, per_value in tables
+        for _, keys, per_value, *_ in tables
     ]
     for i, t in enumerate(positions):
         ctx = ids[t - h : t]
@@ -296,10 +316,16 @@ def window_scores(
         k = position(prf_seed(pos_key, ctx), segments)
         counts[w][k] += 1
         path = routing_path(ids[t], vocab_size, schedule, stride)
-        for li, (level, keys, per_value) in enumerate(tables):
+        for li, (level, keys, per_value, *rest) in enumerate(tables):
             cell = scores[li][w][0 if per_value else k]
+            j = path[level - 1]
+            if rest and rest[0] is not None:  # spec v3
+                seed = prf_seed(rest[0], ctx)
+                for a, key in enumerate(keys):
+                    cell[a] += evidence(random_u32(v3_seed(seed, key), j))
+                continue
             for a, key in enumerate(keys):
-                cell[a] += evidence(random_u32(prf_seed(key, ctx), path[level - 1]))
+                cell[a] += evidence(random_u32(prf_seed(key, ctx), j))
     return scores, counts
 
 

@@ -57,6 +57,32 @@ def log_fisher(log_ps: Sequence[float]) -> float:
     return log_gamma_sf(len(log_ps), x / 2.0)
 
 
+def log_text_p(level_log_ps: Sequence[float]) -> float:
+    """A text's log p-value from its levels' (level 1 first): the exact null tail of min(p_1, Fisher(all)).
+
+    Fisher alone lets an auditor's weak deeper level dilute level 1 (a moderator holding level 1 only got
+    p = 3e-5 where an auditor got 2.3e-4 on one text). The statistic min(p_1, F) keeps level 1's evidence:
+    with two levels, P0[min(p_1, F) <= x] = x + c ln(1/x) exactly, where c(1 - ln c) = x is Fisher's threshold
+    on p_1 p_2 (and P0[p_1 p_2 <= c, p_1 > x] = c ln(1/x)), at most 2x. More levels: Bonferroni, 2x.
+    One level: p_1. The decoder also calls a text watermarked when p_1 <= alpha (spec 15.4)."""
+    if len(level_log_ps) <= 1:
+        return level_log_ps[0] if level_log_ps else 0.0
+    x = min(level_log_ps[0], log_fisher(level_log_ps))
+    if len(level_log_ps) > 2 or x > -1e-12:
+        return min(0.0, x + math.log(2.0))
+    # c: solve log c + log(1 - log c) = x (Newton on y = log c; y <= x)
+    y = x
+    for _ in range(60):
+        f = y + math.log1p(-y) - x
+        y_new = y - f / (1.0 - 1.0 / (1.0 - y))
+        if abs(y_new - y) < 1e-13 * max(1.0, abs(y)):
+            y = y_new
+            break
+        y = y_new
+    # log(x_p + c ln(1/x_p)) = x + log(1 + exp(y - x) * (-x))
+    return min(0.0, x + math.log1p(math.exp(y - x) * (-x)))
+
+
 def log_bonferroni(log_p: float, tries: int) -> float:
     return min(0.0, log_p + math.log(max(tries, 1)))
 

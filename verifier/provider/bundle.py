@@ -134,8 +134,8 @@ def canonical_header(header: Mapping[str, Any]) -> bytes:
 
 # -- plaintext: the key tables --------------------------------------------------------------------
 def encode_tables(keyset: KeySet) -> bytes:
-    """u8 L, then per level: u8 level, u8 len(version), version, u32be n, n x 16-byte keys, u8 has_position,
-    [16-byte position key]."""
+    """u8 L, then per level: u8 level, u8 len(version), version, u32be n, n x 16-byte keys, u8 flags
+    (bit 0: a 16-byte position key follows, bit 1: then a 16-byte spec v3 level key; 0/1 in older bundles)."""
     out = bytearray([keyset.levels])
     for t in keyset.tables:
         v = t.version.encode("ascii")
@@ -144,7 +144,8 @@ def encode_tables(keyset: KeySet) -> bytes:
             if len(e) != KEY_BYTES:
                 raise BundleError("key table entry has the wrong length")
             out += e
-        out += b"\x01" + t.position if t.position is not None else b"\x00"
+        out.append((t.position is not None) | (t.level_key is not None) << 1)
+        out += (t.position or b"") + (t.level_key or b"")
     return bytes(out)
 
 
@@ -165,15 +166,20 @@ def decode_tables(data: bytes) -> KeySet:
                 raise BundleError("bundle key table is truncated")
             entries = tuple(blob[j : j + KEY_BYTES] for j in range(0, len(blob), KEY_BYTES))
             i += n * KEY_BYTES
-            has_pos = data[i]
+            flags = data[i]
             i += 1
-            position = None
-            if has_pos:
-                position = data[i : i + KEY_BYTES]
-                if len(position) != KEY_BYTES:
-                    raise BundleError("bundle position key is truncated")
-                i += KEY_BYTES
-            tables.append(KeyTable(level, version, entries, position))
+            if flags > 3:
+                raise BundleError("bundle key table flags are unknown")
+            extra: list[bytes | None] = []
+            for bit in (1, 2):  # position key, then the v3 level key
+                key = None
+                if flags & bit:
+                    key = data[i : i + KEY_BYTES]
+                    if len(key) != KEY_BYTES:
+                        raise BundleError("bundle position or level key is truncated")
+                    i += KEY_BYTES
+                extra.append(key)
+            tables.append(KeyTable(level, version, entries, extra[0], extra[1]))
     except (IndexError, struct.error, UnicodeDecodeError):
         raise BundleError("bundle key tables are malformed") from None
     if i != len(data):

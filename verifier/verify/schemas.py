@@ -61,7 +61,9 @@ class LevelOut(BaseModel):
         "the watermark, corrected for the candidate values and the key versions tried",
     )
     status: str = Field(
-        description="decoded (one value supported) | absent (no evidence for this level: fields null) | mixed "
+        description="decoded (one value supported) | detected (this level's own evidence is significant but no "
+        "single value meets the release rule: value withheld, fields null, see `reason`) | absent (no evidence "
+        "for this level: fields null) | mixed "
         "(two or more values each significant: see `candidates`; fields null) | undecodable (keys gone or "
         "nothing scored: see `reason`)"
     )
@@ -81,8 +83,9 @@ class ResultOut(BaseModel):
         description="true when `p_value` <= HERO_ALPHA (default 1e-4) and at least one token was scored"
     )
     p_value: float = Field(
-        description="Fisher combination of the per-level p-values decoded for this caller: it differs between "
-        "roles (a moderator sees level 1 only) and grows with the number of key versions tried after a rotation",
+        description="combination of the per-level p-values decoded for this caller (exact tail of min(level 1's "
+        "p-value, their Fisher combination): within 2x of level 1's): it differs between roles (a moderator sees "
+        "level 1 only) and grows with the number of key versions tried after a rotation",
     )
     key_version: str | None = Field(
         description="level-1 key version the text matched, e.g. `l1-v2`; null unless level 1's own "
@@ -124,7 +127,8 @@ class TokenEvidenceOut(BaseModel):
     start: int = Field(description="first character of the token in `text`")
     end: int = Field(description="one past its last character")
     evidence: float = Field(
-        description="the token's score for the released level-1 value: Exp(1) without the watermark (mean 1); "
+        description="the token's score for the level-1 value the whole text supports: Exp(1) without the "
+        "watermark (mean 1); "
         "watermarked tokens score higher on average, single tokens are noisy"
     )
 
@@ -132,11 +136,12 @@ class TokenEvidenceOut(BaseModel):
 class EvidenceOut(BaseModel):
     watermarked: bool = Field(description="level-1 p-value <= HERO_ALPHA")
     p_value: float = Field(description="level 1's p-value (level 1 only, whatever the caller's role)")
-    status: str = Field(description="level 1's status: decoded | absent | mixed | undecodable")
+    status: str = Field(description="level 1's status: decoded | detected | absent | mixed | undecodable")
     key_version: str | None = Field(description="the level-1 key version that scored the text")
     fields: dict[str, int | None] = Field(description="level-1 (public) fields; values only when `decoded`")
     tokens: list[TokenEvidenceOut] = Field(
-        description="scored tokens with their evidence, in text order; empty unless level 1 is `decoded` "
+        description="scored tokens with their evidence, in text order; empty unless level 1's own evidence is "
+        "significant (`decoded`, `detected` or `mixed`) "
         "(tokens whose context repeats an earlier one are not scored and not listed)"
     )
     receipt: ReceiptOut | None = Field(default=None, description="transparency-log receipt of this disclosure")

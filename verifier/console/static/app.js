@@ -63,9 +63,9 @@
     const e = Math.floor(Math.log10(n));
     return "about once in 10^" + e + " texts";
   }
-  function pWords(p, alpha, scored) {
+  function pWords(p, alpha, scored, watermarked) {
     if (!scored) return "No tokens could be scored: the text is too short or too repetitive to tell.";
-    if (p <= alpha) return "Strong evidence of the watermark: a text without it scores this high " + oneIn(p) +
+    if (p <= alpha || watermarked) return "Strong evidence of the watermark: a text without it scores this high " + oneIn(p) +
       " (p = " + sci(p) + ", threshold " + sci(alpha) + ").";
     if (p <= 0.01) return "Some evidence, but not enough to call the text watermarked (p = " + sci(p) +
       ", threshold " + sci(alpha) + "). A longer excerpt may settle it.";
@@ -73,6 +73,7 @@
   }
   const STATUS_WORDS = {
     decoded: "decoded: this level's own evidence supports one value",
+    detected: "detected: this level's own evidence is significant, but its value is withheld (see the reason)",
     absent: "absent: no evidence for this level",
     mixed: "mixed: two or more values are each supported (e.g. text from several sources)",
     undecodable: "undecodable",
@@ -106,7 +107,7 @@
     const cls = res.watermarked ? "yes" : (res.flags && res.flags.length ? "warn" : "no");
     card.append(el("div", { class: "verdict " + cls, "data-testid": "verdict" },
       el("strong", {}, res.watermarked ? "Watermarked" : "No watermark found"),
-      el("span", { "data-testid": "p-words" }, pWords(res.p_value, alpha, res.tokens_scored))));
+      el("span", { "data-testid": "p-words" }, pWords(res.p_value, alpha, res.tokens_scored, res.watermarked))));
     if (res.flags && res.flags.length) {
       card.append(el("p", {}, "Warnings: ", res.flags.map((f) => el("span", { class: "flag", title: FLAG_WORDS[f] || "" }, f + (FLAG_WORDS[f] ? " — " + FLAG_WORDS[f] : "")))));
     }
@@ -218,7 +219,8 @@
     try {
       const { data } = await api("POST", "/v1/verify", { texts: [text] });
       out.replaceChildren(renderResult(data.results[0], null));
-      if (state.me.actions.includes("evidence.read") && data.results[0].watermarked) {
+      // offered when level 1's own evidence is significant (it then names a key version): the map is level 1's
+      if (state.me.actions.includes("evidence.read") && data.results[0].levels[0].key_version) {
         const holder = el("div", { "data-testid": "evidence" });
         holder.append(el("button", { type: "button", class: "secondary",
           onclick: () => showEvidence(text, holder) }, "Show which tokens carry the mark"));

@@ -110,6 +110,16 @@ def token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return encode(list(texts)) if encode else tokenizer(list(texts), add_special_tokens=False)["input_ids"]
 
 
+def text_verdict(levels: list[LevelResult], n_scored: int, alpha: float) -> tuple[bool, float]:
+    """(watermarked, log p) of a whole text from its level results, for every scoring: the text p-value is
+    `stats.log_text_p` of the levels', and level 1's own verdict stands for every role (spec 15.4), so an
+    auditor never sees less than a moderator."""
+    level_log_ps = [lv.log10_p_value * math.log(10.0) for lv in levels]
+    log_p = stats.log_text_p(level_log_ps)
+    detected = stats.to_p(log_p) <= alpha or stats.to_p(level_log_ps[0]) <= alpha
+    return n_scored > 0 and detected, log_p
+
+
 class Decoder:
     """Decodes a batch for exactly the levels whose tables it is given."""
 
@@ -253,14 +263,11 @@ class Decoder:
                     lv.candidates = lv.spans = None
                     lv.confidence = 0.0
                     lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
-            level_log_ps = [lv.log10_p_value * math.log(10.0) for lv in levels]
-            log_p = stats.log_text_p(level_log_ps)
             n_scored = sum(seg)
-            # Level 1's own verdict stands for every role (spec 15.4): an auditor never sees less than a moderator.
-            detected = stats.to_p(log_p) <= self.alpha or stats.to_p(level_log_ps[0]) <= self.alpha
+            watermarked, log_p = text_verdict(levels, n_scored, self.alpha)
             results.append(
                 DecodeResult(
-                    watermarked=n_scored > 0 and detected,
+                    watermarked=watermarked,
                     p_value=stats.to_p(log_p),
                     log10_p_value=_log10(log_p),
                     key_version=levels[0].key_version,

@@ -35,7 +35,7 @@ from verifier.engine.attribution import (
     opened_level,
     posterior_batch,
 )
-from verifier.engine.decoder import Decoder, DecodeResult, _flags, _log10
+from verifier.engine.decoder import Decoder, DecodeResult, _flags, _log10, text_verdict
 from verifier.engine.keys import KeyTable
 
 MODEL_FREE = "model-free"
@@ -139,10 +139,10 @@ class WeightedDecoder:
             for k, lv in enumerate(deeper):
                 t, att = deep[k][i]
                 levels.append(d._level_result(lv, t, att, seg, batch[i]))
-            log_p = stats.log_fisher([lv.log10_p_value * math.log(10.0) for lv in levels])
             n_scored = int(n_tok[i])
+            watermarked, log_p = text_verdict(levels, n_scored, d.alpha)
             results.append(DecodeResult(
-                watermarked=n_scored > 0 and stats.to_p(log_p) <= d.alpha, p_value=stats.to_p(log_p),
+                watermarked=watermarked, p_value=stats.to_p(log_p),
                 log10_p_value=_log10(log_p), key_version=levels[0].key_version, tokens_scored=n_scored,
                 levels=levels, flags=_flags(levels), spec_version=d.profile.spec_version, scoring=self.scoring))
         return results

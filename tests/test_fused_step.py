@@ -117,9 +117,9 @@ def _sampler(args, device="cpu") -> FusedSampler:
     return FusedSampler(HeroSampler(sched, segs, tables, pos, device, stride=stride), h, spec)
 
 
-def check_backend(backend: str, device: str = "cpu", dtypes=(torch.float64, torch.float32)) -> None:
+def check_backend(backend: str, device: str = "cpu", dtypes=(torch.float64, torch.float32), n_random: int = 12) -> None:
     """Every vector and random case: the marked token equals the reference's (used by the subprocess tests)."""
-    for args, logits, ctx, pay, want in vector_cases() + random_cases():
+    for args, logits, ctx, pay, want in vector_cases() + random_cases(n=n_random):
         fs = _sampler(args, device)
         want = want if isinstance(want, list) else [want]
         for dtype in dtypes:
@@ -147,7 +147,7 @@ def test_marks_follow_the_repeated_context_rule(backend, spec):
     check_marks(backend, spec)
 
 
-def check_marks(backend: str, spec: int, slotted: bool = False) -> None:
+def check_marks(backend: str, spec: int, slotted: bool = False, steps: int = 20) -> None:
     """`slotted`: the rows' state sits at permuted slots of a larger state (a serving engine's layout)."""
     rng = random.Random(spec)
     h, b, vocab = 3, 4, 50
@@ -164,7 +164,7 @@ def check_marks(backend: str, spec: int, slotted: bool = False) -> None:
         context_width = h
         spec_version = spec
 
-    for step in range(20):
+    for step in range(steps):
         ctx = torch.tensor([[rng.randrange(3) for _ in range(h)] for _ in range(b)])
         want = watermark_marks(P, ctx, [step] * b, seen)
         log.ensure(step + 1)
@@ -172,10 +172,10 @@ def check_marks(backend: str, spec: int, slotted: bool = False) -> None:
         _, marks = fs.step(logits, ctx, payload, gen, log, backend=backend, with_marks=True, slots=slots)
         assert marks.tolist() == want.tolist(), step
     rows = slots if slotted else torch.arange(b)
-    assert gen[rows].tolist() == [20] * b
+    assert gen[rows].tolist() == [steps] * b
     assert log.counts[rows].tolist() == [len(s) for s in seen]
-    assert int(gen.sum()) == 20 * b  # other slots untouched
-    assert log.capacity >= 16
+    assert int(gen.sum()) == steps * b  # other slots untouched
+    assert log.capacity >= min(16, steps - 3)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -225,8 +225,9 @@ def test_repr_holds_no_key_material():
 def test_triton_step_in_interpreter():
     """The Triton kernel on the CPU through TRITON_INTERPRET=1 (own process: the flag is read at import)."""
     code = ("import sys; sys.path.insert(0, 'tests'); import test_fused_step as t\n"
-            "t.check_backend('triton', dtypes=(__import__('torch').float64,))\n"
-            "for spec in (1, 2):\n    t.check_marks('triton', spec)\nt.check_marks('triton', 2, slotted=True)\n"
+            "t.check_backend('triton', dtypes=(__import__('torch').float64,), n_random=6)\n"
+            "for spec in (1, 2):\n    t.check_marks('triton', spec, steps=8)\n"
+            "t.check_marks('triton', 2, slotted=True, steps=8)\n"
             "print('ok')\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -94,14 +94,15 @@ def test_batch_decodes_to_the_exact_users(engine):
 
 def test_enforce_mode_refuses_a_request_without_payload(engine, monkeypatch):
     from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError  # what vLLM turns validate_params' ValueError into (HTTP 400)
 
     from verifier.provider import vllm as plugin
 
     llm, _, _ = engine
     monkeypatch.setenv(plugin.ENV_ENFORCE, "1")
-    with pytest.raises(ValueError, match="extra_args"):
+    with pytest.raises(VLLMValidationError, match="extra_args"):
         llm.generate(["Hello"], SamplingParams(max_tokens=4))
-    with pytest.raises(ValueError):  # a bad payload is refused at admission too
+    with pytest.raises(VLLMValidationError, match="user"):  # a bad payload is refused at admission too
         llm.generate(["Hello"], SamplingParams(max_tokens=4, extra_args={"hero": {"model": 1, "user": 1 << 20}}))
     ok = llm.generate(["Hello"], SamplingParams(max_tokens=4, extra_args={"hero": {"model": 1, "user": 2}}))
     assert len(ok[0].outputs[0].token_ids) == 4

@@ -984,6 +984,249 @@ done:
     return result;
 }
 
+/* ---- generation: the fused sampling step (gpu/step.py has the contract) ------------------------------
+ * One call per step for a whole batch: per row, the repeated-context check against the row's log of
+ * packed h-gram words (appended in place), the position segment, the payload's level values, one seed per
+ * level (`level_seed`: the spec-version branch; a later version adds its case there), routing over chunk
+ * masses with Philox Gumbel noise, Gumbel-max over the logits inside the chosen chunk; unmarked rows draw
+ * from the same distribution by inverse CDF with the caller's uniform. Float work is float64. */
+
+typedef struct {
+    const void *logits;
+    int dbl; /* logits are float64 (else float32) */
+    int64_t B, V, h, K, L, C, nsched, segments, stride, spec, cap, nw;
+    const int64_t *ctx, *payload, *schedule, *slots;
+    int64_t nslots;
+    const uint64_t *k0, *k1;
+    uint64_t pk0, pk1;
+    int64_t *generated, *counts, *out, *marks;
+    uint64_t *seen;
+    const double *rand;
+    int err;
+} Step;
+
+static inline double logit_at(const Step *s, int64_t b, int64_t t) {
+    return s->dbl ? ((const double *)s->logits)[b * s->V + t] : (double)((const float *)s->logits)[b * s->V + t];
+}
+
+/* Token at routing position y (inverse of `interleave`). */
+static inline int64_t deinterleave(int64_t y, int64_t vocab, int64_t stride) {
+    if (stride <= 0) return y;
+    int64_t a = vocab / stride, r = vocab - a * stride, c, q;
+    if (y < r * (a + 1)) {
+        c = y / (a + 1);
+        q = y - c * (a + 1);
+    } else {
+        int64_t yt = y - r * (a + 1), am = a > 0 ? a : 1;
+        c = r + yt / am;
+        q = yt - (c - r) * am;
+    }
+    return q * stride + c;
+}
+
+/* Seed of one level for this context: the spec-version branch of the PRF construction. */
+static inline int level_seed(const Step *s, uint64_t k0, uint64_t k1, const uint64_t *msg, uint64_t *lo,
+                             uint64_t *hi) {
+    switch (s->spec) {
+    case 1:
+    case 2:
+        siphash128(k0, k1, msg, (int)s->nw, lo, hi);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static inline double gumbel_of(uint32_t u) { return -log(-log(((double)u + 0.5) * (1.0 / 4294967296.0))); }
+
+/* Returns 1 when the row draws a watermarked token; appends a new continuation context to its log. */
+static int step_mark(Step *s, int64_t b, const uint64_t *msg) {
+    if (s->generated[b] < s->h) return s->spec < 2;
+    uint64_t *log_ = s->seen + b * s->cap * s->nw;
+    int64_t n = s->counts[b];
+    for (int64_t e = 0; e < n; e++) {
+        const uint64_t *w = log_ + e * s->nw;
+        int64_t i = 0;
+        while (i < s->nw && w[i] == msg[i]) i++;
+        if (i == s->nw) return 0;
+    }
+    if (n >= s->cap) {
+        s->err = 2;
+        return 0;
+    }
+    memcpy(log_ + n * s->nw, msg, (size_t)s->nw * 8);
+    s->counts[b] = n + 1;
+    return 1;
+}
+
+static void step_row(Step *s, int64_t b, double *p) {
+    const int64_t V = s->V, *c = s->ctx + b * s->h;
+    uint64_t msg[10];
+    for (int64_t i = 0; i < s->h / 2; i++)
+        msg[i] = ((uint64_t)c[2 * i] & 0xFFFFFFFFULL) | ((uint64_t)c[2 * i + 1] << 32);
+    uint64_t last = (uint64_t)((4 * s->h) & 0xFF) << 56;
+    if (s->h & 1) last |= (uint64_t)c[s->h - 1] & 0xFFFFFFFFULL;
+    msg[s->h / 2] = last;
+    int64_t slot = s->slots[b];
+    if (slot < 0 || slot >= s->nslots) {
+        s->err = 3;
+        return;
+    }
+    int mark = step_mark(s, slot, msg);
+    s->marks[b] = mark;
+    s->generated[slot] += 1;
+    /* p[y] = exp(x - max) in routing order; -inf (warped away) stays 0 */
+    double mx = -INFINITY, total = 0.0;
+    for (int64_t t = 0; t < V; t++) {
+        double x = logit_at(s, b, t);
+        if (x > mx) mx = x;
+    }
+    if (!isfinite(mx)) mx = 0.0;
+    for (int64_t y = 0; y < V; y++) {
+        double x = logit_at(s, b, deinterleave(y, V, s->stride));
+        p[y] = isfinite(x) ? exp(x - mx) : 0.0;
+        total += p[y];
+    }
+    if (!mark) {
+        double target = s->rand[b] * total, acc = 0.0;
+        int64_t y = 0, lastpos = 0;
+        for (; y < V; y++) {
+            if (p[y] > 0.0) {
+                lastpos = y;
+                acc += p[y];
+                if (acc > target) break;
+            }
+        }
+        s->out[b] = deinterleave(y < V ? y : lastpos, V, s->stride);
+        return;
+    }
+    uint64_t s0, s1, lo[64], hi[64];
+    siphash128(s->pk0, s->pk1, msg, (int)s->nw, &s0, &s1);
+    int64_t seg = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * (uint64_t)s->segments) >> 32);
+    const int64_t *val = s->payload + (slot * s->K + seg) * s->L;
+    for (int64_t l = 0; l < s->L; l++) {
+        if (val[l] < 0 || val[l] >= s->C || !level_seed(s, s->k0[l * s->C + val[l]], s->k1[l * s->C + val[l]], msg,
+                                                          &lo[l], &hi[l])) {
+            s->err = 1;
+            s->out[b] = 0;
+            return;
+        }
+    }
+    int64_t offset = 0, size = V;
+    for (int64_t l = 0; l < s->nsched; l++) {
+        int64_t k = s->schedule[l], a = size / k, small = k - (size - a * k), best_i = 0, pos = offset;
+        double best = -INFINITY;
+        uint32_t w[4];
+        for (int64_t i = 0; i < k; i++) {
+            int64_t len = i < small ? a : a + 1;
+            double m = 0.0;
+            for (int64_t j = 0; j < len; j++) m += p[pos + j];
+            pos += len;
+            if ((i & 3) == 0) philox_block(lo[l], hi[l], (uint64_t)i >> 2, w);
+            if (m > 0.0) {
+                double sc = log(m / total) + gumbel_of(w[i & 3]);
+                if (sc > best) {
+                    best = sc;
+                    best_i = i;
+                }
+            }
+        }
+        int64_t start = best_i <= small ? best_i * a : small * a + (best_i - small) * (a + 1);
+        offset += start;
+        size = best_i < small ? a : a + 1;
+    }
+    int64_t best_j = 0, ll = s->nsched;
+    double best = -INFINITY;
+    uint32_t w[4];
+    for (int64_t j = 0; j < size; j++) {
+        if ((j & 3) == 0) philox_block(lo[ll], hi[ll], (uint64_t)j >> 2, w);
+        double x = logit_at(s, b, deinterleave(offset + j, V, s->stride));
+        if (!isfinite(x)) continue;
+        double sc = (x - mx) + gumbel_of(w[j & 3]);
+        if (sc > best) {
+            best = sc;
+            best_j = j;
+        }
+    }
+    s->out[b] = deinterleave(offset + best_j, V, s->stride);
+}
+
+PyDoc_STRVAR(sample_step_doc,
+             "sample_step(logits, dbl, B, V, ctx, h, payload, K, L, k0, k1, C, pk0, pk1, schedule, segments, stride,\n"
+             " spec, slots, S, generated, seen, counts, cap, rand, out, marks): one fused generation step (gpu/step.py).\n"
+             "logits float32/float64[B*V], ctx int64[B*h], k0/k1 int64[L*C], schedule int64[L-1]; row b's state is\n"
+             "slot slots[b] < S: payload int64[S*K*L], generated int64[S] (+1), seen int64[S*cap*nw] and counts\n"
+             "int64[S] (appended); rand float64[B] (unmarked rows), out int64[B], marks int64[B] (1 = watermarked).");
+
+static PyObject *py_sample_step(PyObject *self, PyObject *args) {
+    Py_buffer lg, ctx, pay, k0, k1, sched, slots, gen, seen, counts, rnd, out, mk;
+    int dbl;
+    Py_ssize_t B, V, h, K, L, C, segments, stride, spec, S, cap;
+    unsigned long long pk0, pk1;
+    if (!PyArg_ParseTuple(args, "y*pnny*ny*nny*y*nKKy*nnny*nw*w*w*ny*w*w*", &lg, &dbl, &B, &V, &ctx, &h, &pay, &K,
+                          &L, &k0, &k1, &C, &pk0, &pk1, &sched, &segments, &stride, &spec, &slots, &S, &gen, &seen,
+                          &counts, &cap, &rnd, &out, &mk))
+        return NULL;
+    PyObject *result = NULL;
+    double *p = NULL;
+    int64_t nsched = sched.len / 8, nw = h / 2 + 1;
+    if (B < 0 || V < 1 || h < 1 || h > 16 || K < 1 || L < 1 || L > 64 || C < 1 || nsched != L - 1 || segments < 1 ||
+        segments > K || cap < 0 || S < 0) {
+        PyErr_SetString(PyExc_ValueError, "sample_step: bad shapes");
+        goto done;
+    }
+    for (int64_t l = 0; l < nsched; l++)
+        if (((const int64_t *)sched.buf)[l] < 1) {
+            PyErr_SetString(PyExc_ValueError, "sample_step: bad schedule");
+            goto done;
+        }
+    if (!check_len(&lg, B * V * (dbl ? 8 : 4), "logits") || !check_len(&ctx, B * h * 8, "ctx") ||
+        !check_len(&pay, S * K * L * 8, "payload") || !check_len(&k0, L * C * 8, "k0") ||
+        !check_len(&k1, L * C * 8, "k1") || !check_len(&slots, B * 8, "slots") || !check_len(&gen, S * 8, "generated") ||
+        !check_len(&seen, S * cap * nw * 8, "seen") || !check_len(&counts, S * 8, "counts") ||
+        !check_len(&rnd, B * 8, "rand") || !check_len(&out, B * 8, "out") || !check_len(&mk, B * 8, "marks"))
+        goto done;
+    p = malloc((size_t)V * sizeof(double));
+    if (!p) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    {
+        Step s = {lg.buf, dbl, B, V, h, K, L, C, nsched, segments, stride, spec, cap, nw, ctx.buf, pay.buf,
+                  sched.buf, slots.buf, S, k0.buf, k1.buf, pk0, pk1, gen.buf, counts.buf, out.buf, mk.buf, seen.buf,
+                  rnd.buf, 0};
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t b = 0; b < B && !s.err; b++) step_row(&s, b, p);
+        Py_END_ALLOW_THREADS
+        if (s.err == 1)
+            PyErr_SetString(PyExc_ValueError, "sample_step: payload value outside the key table or unknown spec");
+        else if (s.err == 2)
+            PyErr_SetString(PyExc_ValueError, "sample_step: context log full (grow it before the step)");
+        else if (s.err == 3)
+            PyErr_SetString(PyExc_ValueError, "sample_step: slot index out of range");
+        else {
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+    }
+done:
+    free(p);
+    PyBuffer_Release(&lg);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&pay);
+    PyBuffer_Release(&k0);
+    PyBuffer_Release(&k1);
+    PyBuffer_Release(&sched);
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&gen);
+    PyBuffer_Release(&seen);
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&rnd);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&mk);
+    return result;
+}
+
 PyDoc_STRVAR(isa_doc,
              "isa([name]) -> str: the kernel path in use ('avx512', 'avx2' or 'generic'); with a name, switch to\n"
              "that path (ValueError if unknown or not supported by this CPU) and return the previous one.\n"
@@ -1028,6 +1271,7 @@ static PyMethodDef methods[] = {
     {"segment_scores", py_segment_scores, METH_VARARGS, segment_scores_doc},
     {"prf_seeds", py_prf_seeds, METH_VARARGS, prf_seeds_doc},
     {"philox_stream", py_philox_stream, METH_VARARGS, philox_stream_doc},
+    {"sample_step", py_sample_step, METH_VARARGS, sample_step_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1038,6 +1282,6 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
     isa = &isas[0];
     while (!isa_supported(isa)) isa++; /* the last path, generic, is always supported */
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 3);
+    if (m) PyModule_AddIntConstant(m, "ABI", 4);
     return m;
 }

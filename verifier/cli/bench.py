@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from verifier.cli.common import emit
 
+RANDOM_MODEL = "random-smollm2"
 MIN_REPS = 3  # fewer repetitions: a median of one or two runs on a loaded machine is noise
 
 
@@ -34,8 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--batch", type=int, default=1)
     g.add_argument("--tokens", type=int, default=32, help="new tokens per row")
     g.add_argument("--reps", type=int, default=3)
-    g.add_argument("--model", default="smollm2")
+    g.add_argument("--model", default="smollm2", help=f"a shipped model, or {RANDOM_MODEL} (random weights)")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    g.add_argument("--path", choices=["fused", "engine"], default="fused",
+                   help="fused: HeroWatermarkingConfig (transformers' warpers on); engine: HeroLogitsProcessor")
+    g.add_argument("--top-k", type=int, default=0, help="0 = off")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--synthid", action="store_true", help="also time transformers' SynthID in the same pairs")
+    g.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     g.set_defaults(handler=cmd_generate)
     from verifier.cli import bench_serve  # its own module: `hero bench serve`
 
@@ -209,6 +216,105 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
     }
 
 
+def random_smollm2(device: str = "cpu", dtype: str = "float32"):
+    """A SmolLM2-135M-shaped Llama with random weights (no download): the shipped model's compute per step."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                      num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
+                      tie_word_embeddings=True, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).to(device=device, dtype=getattr(torch, dtype)).eval()
+
+
+def bench_bundle(profile=None):
+    """An opened-bundle object with fresh random tables (for benchmarks: nothing sealed, nothing stored)."""
+    from datetime import UTC, datetime, timedelta
+
+    from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
+    from verifier.engine.profile import default_profile
+    from verifier.provider.bundle import GenerationBundle
+
+    profile = profile or default_profile()
+    keyset = KeySet(tuple(derive_level_table(new_master_secret(), profile, lv, f"l{lv}-bench")
+                          for lv in range(1, profile.depth + 1)))
+    now = datetime.now(UTC)
+    return GenerationBundle(profile=profile, keyset=keyset, key_versions={t.level: t.version for t in keyset.tables},
+                            bundle_id="bench", provider_id="bench", etag="bench", issued_at=now,
+                            expires_at=now + timedelta(days=1), header={})
+
+
+def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: str = "smollm2",
+                              device: str = "cpu", *, top_k: int = 0, top_p: float = 1.0, synthid: bool = False,
+                              dtype: str = "float32", prompt_tokens: int = 16) -> dict:
+    """model.generate per step: plain sampling vs HeroWatermarkingConfig (vs SynthID), alternated in one run.
+
+    Same model, same prompt ids, transformers' own top-k/top-p in every variant; each run forces exactly
+    `tokens` new tokens (min_new_tokens). Each repetition runs the variants back to back (the order rotates),
+    so load drift hits all alike. overhead_pct compares medians of the per-step times.
+    """
+    import torch
+
+    from verifier.provider.hf import HeroWatermarkingConfig
+
+    if model_name == RANDOM_MODEL:
+        model = random_smollm2(device, dtype)
+    else:
+        from verifier.lm import load_model
+
+        model, _ = load_model(model_name, device)
+        model = model.to(getattr(torch, dtype))
+    bundle = bench_bundle()
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, bundle.profile.vocab_size, (batch, prompt_tokens), generator=gen).to(device)
+    mask = torch.ones_like(ids)
+    payloads = [{"model": i % 4096, "user": (7 * i) % 4096} for i in range(batch)]
+    variants = {"plain": None, "hero": lambda: HeroWatermarkingConfig(bundle, payloads)}
+    if synthid:
+        from transformers import SynthIDTextWatermarkingConfig
+
+        keys = [int(x) for x in torch.randint(0, 1000, (20,), generator=gen)]
+        variants["synthid"] = lambda: SynthIDTextWatermarkingConfig(keys=keys, ngram_len=5)
+    sync = device == "cuda"
+
+    def run(name: str) -> float:
+        make = variants[name]
+        kw = {"watermarking_config": make()} if make else {}
+        if sync:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=tokens,
+                           min_new_tokens=tokens, top_k=top_k or None, top_p=top_p, temperature=1.0,
+                           pad_token_id=0, **kw)
+        if sync:
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / tokens
+
+    names = list(variants)
+    for name in names:
+        run(name)  # warm-up
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(reps):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            times[name].append(run(name))
+    med = {n: statistics.median(t) for n, t in times.items()}
+    out = {"bench": "generate", "path": "fused", "model": model_name, "device": device, "dtype": dtype,
+           "batch": batch, "tokens": tokens, "reps": reps, "top_k": top_k, "top_p": top_p,
+           "plain_ms_per_step": 1000 * med["plain"], "hero_ms_per_step": 1000 * med["hero"],
+           "overhead_pct": 100.0 * (med["hero"] / med["plain"] - 1.0),
+           "overhead_pct_best": 100.0 * (min(times["hero"]) / min(times["plain"]) - 1.0),
+           "seconds_per_step": {n: summary(t) for n, t in times.items()}}
+    if synthid:
+        out["synthid_ms_per_step"] = 1000 * med["synthid"]
+        out["synthid_overhead_pct"] = 100.0 * (med["synthid"] / med["plain"] - 1.0)
+    if device == "cuda":
+        out["device_name"] = torch.cuda.get_device_name()
+    return out
+
+
 def tokenize_figures(batch: int, tokens: int = 200, reps: int = 10, name: str = "smollm2") -> dict:
     """Batched fast-tokenizer throughput (what Decoder.decode_texts calls) vs one text at a time."""
     from verifier.lm import load_tokenizer
@@ -251,5 +357,9 @@ def cmd_decode(args: argparse.Namespace) -> None:
 def cmd_generate(args: argparse.Namespace) -> None:
     _check(args)
     warning = warn_few_reps(max(1, args.reps))
-    out = generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device)
+    if args.path == "engine":
+        out = generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device)
+    else:
+        out = generate_overhead_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device,
+                                        top_k=args.top_k, top_p=args.top_p, synthid=args.synthid, dtype=args.dtype)
     emit({**out, "warnings": [warning]} if warning else out)

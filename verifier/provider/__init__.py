@@ -32,6 +32,7 @@ _LAZY = {
     "logits_processor": "verifier.provider.sampling",
     "new_generator": "verifier.provider.sampling",
     "load_model": "verifier.provider.sampling",  # verifier.lm.load_model(name="smollm2", device="cpu")
+    "HeroWatermarkingConfig": "verifier.provider.hf",  # model.generate(..., watermarking_config=...)
     "BundleSource": "verifier.provider.refresh",
     "BundleFetchError": "verifier.provider.refresh",
 }

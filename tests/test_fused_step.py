@@ -1,0 +1,242 @@
+"""The fused generation step (gpu/step.py) on every backend against the reference: the frozen v1/v2 vectors,
+random cases (interleaved layouts, masked logits, float32/float64), the repeated-context rule of
+`watermark_marks`, and unmarked rows drawing the plain distribution."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu import cpu_kernel
+from gpu.sampler import HeroSampler
+from gpu.step import ContextLog, FusedSampler
+from verifier.engine import reference as R
+from verifier.engine.generation import watermark_marks
+from verifier.engine.keys import KeySet, derive_level_table
+from verifier.engine.payload import encode_payload
+from verifier.engine.profile import profile_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+VECTORS = ROOT / "tests" / "vectors"
+
+try:
+    import triton  # noqa: F401
+
+    HAS_TRITON = True
+except ImportError:
+    HAS_TRITON = False
+
+native_ok = cpu_kernel.available() and hasattr(cpu_kernel.load(), "sample_step")
+CPU_BACKENDS = [pytest.param("native", marks=pytest.mark.skipif(not native_ok, reason="C kernel not built")),
+                "torch"]
+has_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _softmax(logits: list[float]) -> list[float]:
+    m = max(logits)
+    e = [0.0 if x == float("-inf") else math.exp(x - m) for x in logits]
+    z = sum(e)
+    return [x / z for x in e]
+
+
+def _one_step(fs: FusedSampler, logits, ctx, payload, backend, device="cpu", generated=None, log=None):
+    b = logits.shape[0]
+    gen = torch.full((b,), fs.h, dtype=torch.int64, device=device) if generated is None else generated
+    log = fs.new_log(b) if log is None else log
+    return fs.step(logits.to(device), ctx.to(device), payload.to(device), gen, log, backend=backend,
+                   with_marks=True)
+
+
+def vector_cases() -> list[tuple]:
+    """(FusedSampler args, logits [1, V] float64, context [1, h], payload [1, K, L], want token)."""
+    cases = []
+    v1 = json.loads((VECTORS / "hero_v1.json").read_text())
+    for v in v1["sample"]:  # one key per level: a table of one entry, one segment
+        keys = [bytes.fromhex(k) for k in v["keys"]]
+        args = (tuple(v["schedule"]), 1, [[k] for k in keys], b"\x00" * 16, len(v["context"]), 1, 0)
+        pay = torch.zeros(1, 1, len(keys), dtype=torch.int64)
+        cases.append((args, [v["logits"]], [v["context"]], pay, v["token"]))
+    v2 = json.loads((VECTORS / "hero_v2.json").read_text())
+    for v in v2["sample"]:
+        segs = v["segments"]
+        profile = profile_from_dict({
+            "name": "vec", "spec_version": 2, "vocab_size": v["vocab_size"], "segments": segs,
+            "levels": [
+                {"bits": b, **({"chunks": v["schedule"][i]} if i < len(v["schedule"]) else {}),
+                 "fields": [{"name": f"f{i}", "bits": b * segs}]}
+                for i, b in enumerate(v["bits"])
+            ],
+        })
+        masters = [bytes.fromhex(m) for m in v["masters"]]
+        ks = KeySet(tuple(derive_level_table(m, profile, lv, "t") for lv, m in enumerate(masters, start=1)))
+        args = (profile.schedule, segs, [list(t.entries) for t in ks.tables], ks.position, len(v["context"]), 2, 0)
+        pay = torch.tensor([encode_payload(profile, {f"f{i}": x for i, x in enumerate(v["values"])})])
+        cases.append((args, [v["logits"]], [v["context"]], pay, v["token"]))
+    return cases
+
+
+def random_cases(seed: int = 0, n: int = 12) -> list[tuple]:
+    """Random profiles (depths, interleaving, h), masked logits; the want token from the reference."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        vocab = rng.choice([37, 101, 600])
+        sched = rng.choice([(), (3,), (4, 2), (7,), (20,)])
+        stride = rng.choice([0, sched[0]]) if sched else 0
+        h = rng.choice([1, 3, 4])
+        segs = rng.choice([1, 3, 6])
+        width = [rng.choice([1, 2, 4, 16]) for _ in range(len(sched) + 1)]
+        tables = [[rng.randbytes(16) for _ in range(w)] for w in width]
+        pos = rng.randbytes(16)
+        b = 5
+        logits = [[rng.gauss(0, 2) if rng.random() > 0.3 else float("-inf") for _ in range(vocab)] for _ in range(b)]
+        for row in logits:
+            row[rng.randrange(vocab)] = 1.0
+        ctx = [[rng.randrange(vocab) for _ in range(h)] for _ in range(b)]
+        pay = [[[rng.randrange(w) for w in width] for _ in range(segs)] for _ in range(b)]
+        want = []
+        for r in range(b):
+            seg = R.position(R.prf_seed(pos, ctx[r]), segs)
+            keys = [tables[lv][pay[r][seg][lv]] for lv in range(len(width))]
+            want.append(R.hero_sample(_softmax(logits[r]), sched, keys, ctx[r], stride))
+        cases.append(((sched, segs, tables, pos, h, rng.choice([1, 2]), stride), logits, ctx,
+                      torch.tensor(pay), want))
+    return cases
+
+
+def _sampler(args, device="cpu") -> FusedSampler:
+    sched, segs, tables, pos, h, spec, stride = args
+    return FusedSampler(HeroSampler(sched, segs, tables, pos, device, stride=stride), h, spec)
+
+
+def check_backend(backend: str, device: str = "cpu", dtypes=(torch.float64, torch.float32), n_random: int = 12) -> None:
+    """Every vector and random case: the marked token equals the reference's (used by the subprocess tests)."""
+    for args, logits, ctx, pay, want in vector_cases() + random_cases(n=n_random):
+        fs = _sampler(args, device)
+        want = want if isinstance(want, list) else [want]
+        for dtype in dtypes:
+            tokens, marks = _one_step(fs, torch.tensor(logits, dtype=dtype), torch.tensor(ctx), pay, backend, device)
+            assert bool(marks.all())
+            assert tokens.cpu().tolist() == want, (backend, dtype, args[0], args[-1])
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_step_matches_vectors_and_reference(backend):
+    check_backend(backend)
+
+
+def test_default_backend_on_cpu_is_native_when_built():
+    from gpu.step import pick_backend
+
+    assert pick_backend(torch.zeros(1)) == ("native" if native_ok else "torch")
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("spec", [1, 2])
+def test_marks_follow_the_repeated_context_rule(backend, spec):
+    """Across steps, which rows are marked is exactly `watermark_marks` with Python sets (repeats unmarked,
+    spec v2 leaves the first h tokens unmarked); the log grows past its first capacity."""
+    check_marks(backend, spec)
+
+
+def check_marks(backend: str, spec: int, slotted: bool = False, steps: int = 20) -> None:
+    """`slotted`: the rows' state sits at permuted slots of a larger state (a serving engine's layout)."""
+    rng = random.Random(spec)
+    h, b, vocab = 3, 4, 50
+    args = ((4,), 2, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16), h, spec, 0)
+    fs = _sampler(args)
+    n = b + 3 if slotted else b
+    slots = torch.tensor([5, 0, 3, 1]) if slotted else None
+    log = ContextLog.empty(n, h, capacity=2)
+    gen = torch.zeros(n, dtype=torch.int64)
+    seen: list[set] = [set() for _ in range(b)]
+    payload = torch.zeros(n, 2, 2, dtype=torch.int64)
+
+    class P:  # the fields watermark_marks reads
+        context_width = h
+        spec_version = spec
+
+    for step in range(steps):
+        ctx = torch.tensor([[rng.randrange(3) for _ in range(h)] for _ in range(b)])
+        want = watermark_marks(P, ctx, [step] * b, seen)
+        log.ensure(step + 1)
+        logits = torch.randn(b, vocab, dtype=torch.float64)
+        _, marks = fs.step(logits, ctx, payload, gen, log, backend=backend, with_marks=True, slots=slots)
+        assert marks.tolist() == want.tolist(), step
+    rows = slots if slotted else torch.arange(b)
+    assert gen[rows].tolist() == [steps] * b
+    assert log.counts[rows].tolist() == [len(s) for s in seen]
+    assert int(gen.sum()) == steps * b  # other slots untouched
+    assert log.capacity >= min(16, steps - 3)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_state_is_kept_per_slot(backend):
+    check_marks(backend, 2, slotted=True)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_unmarked_rows_draw_the_plain_distribution(backend):
+    rng = random.Random(3)
+    args = ((3,), 1, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16), 3, 2, 2)
+    fs = _sampler(args)
+    n, v = 20000, 10
+    g = torch.Generator().manual_seed(9)
+    logits = torch.randn(1, v, generator=g) * 1.5
+    logits[0, 4] = float("-inf")
+    gen = torch.zeros(n, dtype=torch.int64)  # spec v2, generated < h: every row unmarked
+    tokens, marks = fs.step(logits.expand(n, v).contiguous(), torch.zeros(n, 3, dtype=torch.int64),
+                            torch.zeros(n, 1, 2, dtype=torch.int64), gen, fs.new_log(n), generator=g,
+                            backend=backend, with_marks=True)
+    assert not bool(marks.any())
+    freq = torch.bincount(tokens, minlength=v).double()
+    p = torch.softmax(logits[0].double(), 0)
+    assert freq[4] == 0
+    keep = p > 0
+    chi2 = float(((freq[keep] - n * p[keep]) ** 2 / (n * p[keep])).sum())
+    assert chi2 < 33.7  # 8 dof: P(chi2 > 33.7) ~ 5e-5
+
+
+def test_bad_payload_value_is_refused():
+    if not native_ok:
+        pytest.skip("C kernel not built")
+    fs = _sampler(((), 1, [[b"\x01" * 16]], b"\x02" * 16, 3, 2, 0))
+    with pytest.raises(ValueError, match="payload"):
+        _one_step(fs, torch.zeros(1, 5), torch.zeros(1, 3, dtype=torch.int64), torch.tensor([[[7]]]), "native")
+
+
+def test_repr_holds_no_key_material():
+    key = bytes(range(16))
+    fs = _sampler(((), 1, [[key]], key, 3, 2, 0))
+    assert "FusedSampler(" in repr(fs) and key.hex() not in repr(fs) and str(int.from_bytes(key[:8], "little")) \
+        not in repr(fs)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_TRITON, reason="triton not installed")
+def test_triton_step_in_interpreter():
+    """The Triton kernel on the CPU through TRITON_INTERPRET=1 (own process: the flag is read at import)."""
+    code = ("import sys; sys.path.insert(0, 'tests'); import test_fused_step as t\n"
+            "t.check_backend('triton', dtypes=(__import__('torch').float64,), n_random=6)\n"
+            "for spec in (1, 2):\n    t.check_marks('triton', spec, steps=8)\n"
+            "t.check_marks('triton', 2, slotted=True, steps=8)\n"
+            "print('ok')\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+@has_cuda
+@pytest.mark.skipif(not HAS_TRITON, reason="triton not installed")
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_step_on_cuda_matches_reference(backend):
+    check_backend(backend, device="cuda")

@@ -1,0 +1,141 @@
+"""transformers integration: `model.generate(..., watermarking_config=HeroWatermarkingConfig(bundle, payloads))`.
+
+transformers appends the watermarking config's processor after every warper (temperature, top-k, top-p,
+min-p, ...), so the processor receives the already warped scores: it draws the token with the fused
+watermark step (gpu/step.py) from exactly that distribution and returns a one-hot row, which transformers'
+own softmax + multinomial then return unchanged. Temperature/top-k/top-p stay transformers' own settings.
+
+Key material stays in memory: `to_dict`, `to_json_string`, `repr` and iteration show the bundle's id,
+profile name, key versions and the row count only; `deepcopy` (transformers copies the generation config
+on every call) returns the same object; pickling is refused.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor
+from transformers.generation.configuration_utils import BaseWatermarkingConfig
+
+from gpu.step import ContextLog, FusedSampler
+from verifier.engine.generation import make_sampler
+from verifier.engine.payload import encode_payload
+from verifier.provider.bundle import GenerationBundle
+
+__all__ = ["HeroWatermarkProcessor", "HeroWatermarkingConfig", "fused_sampler"]
+
+
+def fused_sampler(bundle: GenerationBundle, device: str | torch.device = "cpu") -> FusedSampler:
+    """The fused step's sampler for an opened bundle on `device` (key tables copied there once)."""
+    profile = bundle.profile
+    return FusedSampler(make_sampler(profile, bundle.keyset, device), profile.context_width, profile.spec_version)
+
+
+class HeroWatermarkProcessor(LogitsProcessor):
+    """One `generate` call's watermark: rows' payloads, per-row step counters and context log on the device."""
+
+    def __init__(self, sampler: FusedSampler, payload: torch.Tensor, generator: torch.Generator | None = None):
+        self.sampler = sampler
+        self.payload = payload
+        self.device = payload.device
+        if generator is None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(secrets.randbits(63))
+        self.generator = generator
+        self.prompt_length: int | None = None
+        self.log: ContextLog = sampler.new_log(payload.shape[0])
+
+    def __repr__(self) -> str:
+        return f"HeroWatermarkProcessor(rows={self.payload.shape[0]})"
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        b, s = input_ids.shape
+        if b != self.payload.shape[0]:
+            raise ValueError(f"batch has {b} rows but the watermarking config has {self.payload.shape[0]} payloads")
+        if self.prompt_length is None:
+            self.prompt_length = s
+        step = s - self.prompt_length
+        self.log.ensure(step + 1)
+        generated = torch.full((b,), step, dtype=torch.int64, device=self.device)
+        h = self.sampler.h
+        tokens = self.sampler.step(scores.to(self.device), input_ids[:, -h:].to(self.device), self.payload, generated,
+                                   self.log, self.generator)
+        # In place, as transformers' own processors do: no fresh [B, V] allocation per step.
+        return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
+
+
+class HeroWatermarkingConfig(BaseWatermarkingConfig):
+    """HeRo watermark for `model.generate(..., watermarking_config=cfg, do_sample=True)`: one field dict per row.
+
+    `bundle` is an opened `GenerationBundle`; `payloads[i]` the fields of batch row i (validated against the
+    bundle's profile now: `PayloadError`). `generator` (optional) supplies the fresh randomness of unmarked
+    tokens (default: seeded from the OS per `generate` call).
+    """
+
+    def __init__(self, bundle: GenerationBundle, payloads: Sequence[Mapping[str, int]],
+                 generator: torch.Generator | None = None) -> None:
+        if not isinstance(bundle, GenerationBundle):
+            raise TypeError("bundle must be an opened GenerationBundle (verifier.provider.open_bundle)")
+        self._bundle = bundle
+        self._payloads = [encode_payload(bundle.profile, p) for p in payloads]
+        self._generator = generator
+        self._samplers: dict[str, FusedSampler] = {}
+        self.validate()
+
+    # --- what transformers calls ------------------------------------------------------------------
+
+    def validate(self) -> None:
+        if not self._payloads:
+            raise ValueError("HeroWatermarkingConfig needs one payload per batch row")
+        if self._bundle.expired():
+            raise ValueError(f"bundle {self._bundle.bundle_id} has expired; fetch a fresh one")
+
+    def construct_processor(self, vocab_size: int, device: str | torch.device | None = None) -> HeroWatermarkProcessor:
+        profile = self._bundle.profile
+        if vocab_size != profile.vocab_size:
+            raise ValueError(f"model vocabulary {vocab_size} != the bundle profile's vocab_size {profile.vocab_size}")
+        dev = torch.device(device or "cpu")
+        sampler = self._samplers.get(str(dev))
+        if sampler is None:
+            sampler = self._samplers[str(dev)] = fused_sampler(self._bundle, dev)
+        payload = torch.tensor(self._payloads, dtype=torch.int64, device=dev)
+        return HeroWatermarkProcessor(sampler, payload, self._generator)
+
+    # --- never key material -----------------------------------------------------------------------
+
+    @property
+    def key_versions(self) -> dict[int, str]:
+        return dict(self._bundle.key_versions)
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self._bundle
+        return {"watermark": "hero", "bundle_id": b.bundle_id, "profile": b.profile.name,
+                "key_versions": {str(k): v for k, v in sorted(b.key_versions.items())}, "rows": len(self._payloads)}
+
+    def to_json_string(self) -> str:
+        import json
+
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def __iter__(self):
+        yield from self.to_dict().items()
+
+    def __repr__(self) -> str:
+        d = self.to_dict()
+        return f"HeroWatermarkingConfig(bundle_id={d['bundle_id']!r}, profile={d['profile']!r}, rows={d['rows']})"
+
+    def __deepcopy__(self, memo: dict) -> HeroWatermarkingConfig:
+        return self  # immutable; per-call state lives in the processor
+
+    def __reduce__(self):
+        raise TypeError("HeroWatermarkingConfig holds key material and cannot be pickled")
+
+    def update(self, **kwargs: Any) -> None:
+        raise TypeError("HeroWatermarkingConfig is immutable; make a new one")
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs: Any):
+        raise TypeError("a HeroWatermarkingConfig is made from an opened bundle, not from a dict")

@@ -21,10 +21,11 @@ from tests.helpers.service import matched_version, secret_forms
 from tests.helpers.workers import make_texts
 from tests.service.test_keys import db_dump
 from verifier.jobs import service as jobs
-from verifier.jobs.drain import KEK_RETRY_S, DrainContext, drain, profile_lookup
+from verifier.jobs.drain import KEK_RETRY_S, DrainContext, drain
 from verifier.jobs.models import JobItemRow
 from verifier.keys.crypto import associated_data
 from verifier.keys.kek import KekError, KekUnreachable
+from verifier.process import profile_lookup
 
 PROVIDERS = ["openbao", "aws-kms", "pkcs11"]
 PREFIX = {"openbao": "openbao-", "aws-kms": "awskms-", "pkcs11": "pkcs11-", "local": "local-"}
@@ -175,7 +176,7 @@ def test_kek_down_is_503_and_nothing_is_lost(kms, make_service, tmp_path):
         # The queued job waits: its items are handed back untried, the job is not failed.
         ctx = cold.ctx
         dc = DrainContext(db=ctx.db, store=ctx.store, profiles=profile_lookup(ctx.profile),
-                          tokenizer=ctx.tokenizers, policy=ctx.policy, worker="test", batch_size=2)
+                          runner=ctx.runner, policy=ctx.policy, worker="test", batch_size=2)
         out = drain(dc, jid)
         assert out.written == 0 and out.wait == KEK_RETRY_S
         with ctx.db.session() as s:

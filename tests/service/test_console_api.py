@@ -155,16 +155,22 @@ def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode_and_locally
 
 def _recorded_actions() -> set[str]:
     """Every action literal the service's code passes where it makes an audit event: AuditEvent(action=... or first
-    argument), and the keys / providers helpers that build one (_audit(s, actor, ACTION, ..), _event(actor, ACTION))."""
+    argument), AuditEvent.of(actor, action), release.audit_events(action=...) and its default, and the keys /
+    providers helpers that build one (_audit(s, actor, ACTION, ..), _event(actor, ACTION))."""
     import ast
     from pathlib import Path
 
     import verifier
 
-    position = {"AuditEvent": 0, "_event": 1, "_audit": 2}
+    # AuditEvent.of(actor, ACTION, ..) and release.audit_events(.., action=ACTION) (its default counts too)
+    position = {"AuditEvent": 0, "of": 1, "_event": 1, "_audit": 2, "audit_events": 4}
     found: set[str] = set()
     for path in Path(verifier.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in position:
+                args = node.args.args[len(node.args.args) - len(node.args.defaults):]
+                found |= {d.value for a, d in zip(args, node.args.defaults, strict=True)
+                          if a.arg == "action" and isinstance(d, ast.Constant) and isinstance(d.value, str)}
             if not isinstance(node, ast.Call):
                 continue
             name = getattr(node.func, "id", getattr(node.func, "attr", None))

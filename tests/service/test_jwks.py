@@ -142,11 +142,14 @@ def test_known_key_is_served_while_refresh_fails(make_service, sqlite_url, idp, 
     assert _timed(svc, good)[0] == 200
     idp.mode = "slow-503"
     svc.ctx.tokens.keys._url_fetched -= 10_000  # the cache is now stale: a refresh starts
-    with ThreadPoolExecutor(7) as pool:
-        futures = [pool.submit(_timed, svc, _token(svc, idp.key, kid=uuid.uuid4().hex)) for _ in range(6)]
+    from verifier.auth.jwt import FETCH_WAITERS_MAX  # more unknown kids than this answer at once, not waiting
+
+    with ThreadPoolExecutor(FETCH_WAITERS_MAX + 1) as pool:
+        futures = [pool.submit(_timed, svc, _token(svc, idp.key, kid=uuid.uuid4().hex))
+                   for _ in range(FETCH_WAITERS_MAX)]
         code, _ = _timed(svc, good)
         # the last good set at once: answered while the refresh still hangs and the unknown kids still wait
         # their 30 s for it (the valid request used to wait as long as they do)
         assert code == 200 and not idp.release.is_set() and not any(f.done() for f in futures)
         idp.release.set()
-        assert [f.result(timeout=120)[0] for f in futures] == [401] * 6
+        assert [f.result(timeout=120)[0] for f in futures] == [401] * FETCH_WAITERS_MAX

@@ -116,12 +116,11 @@ class BodyGuardMiddleware:
         if claims is None and path.startswith(self.protected_prefix):
             BODY_REJECTIONS.labels("unauthenticated").inc()
             return await _send_json(send, 401, why or "invalid token", [(b"www-authenticate", b"Bearer")])
-        note = None
+        note = self.notes.get(path) if claims is not None else None  # the path's other limits, said at once
         if claims is None:
             limit = self.unauth_limit
         elif path in self.overrides and (self.may_override is None or self.may_override(claims)):
             limit = self.overrides[path]
-            note = self.notes.get(path)
         else:  # e.g. a provider token or an unknown role on /v1/jobs: the route will refuse it; read little
             limit = self.limit
         msg = f"request body too large (limit {limit} bytes{'; ' + note if note else ''})"

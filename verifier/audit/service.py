@@ -39,8 +39,6 @@ __all__ = ["AUDIT_ACTIONS", "GENESIS", "HASHED_FIELDS", "Actor", "AuditEvent", "
            "append", "append_or_fail", "compute_hash", "record", "record_with_receipts", "row_fields", "verify_chain"]
 
 
-
-
 class AuditUnavailable(Unavailable):
     """The audit log could not be written: the caller must not release the result or keep the change."""
 
@@ -60,7 +58,7 @@ class Actor:
 # test_console_api.py checks that every action named where events are made is here).
 AUDIT_ACTIONS = ("verify", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate", "keys.disable",
                  "keys.enable", "keys.destroy", "keys.move_profile", "keys.bundle", "kek.rotate", "providers.add",
-                 "providers.revoke")
+                 "providers.revoke", "generate")
 
 
 @dataclass

@@ -121,10 +121,15 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> A
     log_v = math.log(max(ev.versions, 1))
     level_lp = min(0.0, full.level_log_p() + log_v)
     log_alpha = math.log(alpha)
-    if level_lp > log_alpha:
-        return Attribution("absent", level_lp, reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
     regions = [_region(ev, 0, j) for j in range(1, windows)] + [_region(ev, j, windows) for j in range(1, windows)]
     scan = log_v + (math.log(2 * (windows - 1) + 1) if windows > 1 else 0.0)
+    if level_lp > log_alpha:
+        # spec 15.3: a region may open the level at alpha / (m + 1) when the whole text shows p <= 1e-2
+        best = min((r.level_log_p() + scan for r in regions if r.tokens), default=0.0)
+        if windows == 1 or level_lp > math.log(1e-2) or best > log_alpha:
+            return Attribution("absent", level_lp,
+                               reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
+        level_lp = min(0.0, best)
     cells = len(full.winners)
     cell_alpha = log_alpha - math.log(cells)  # per-cell threshold: alpha / K (alpha for one cell)
 

@@ -124,7 +124,7 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> A
     regions = [_region(ev, 0, j) for j in range(1, windows)] + [_region(ev, j, windows) for j in range(1, windows)]
     scan = log_v + (math.log(2 * (windows - 1) + 1) if windows > 1 else 0.0)
     if level_lp > log_alpha:
-        # spec 15.3: a region may open the level at alpha / (m + 1) when the whole text shows p <= 1e-2
+        # spec 16.3: a region may open the level at alpha / (m + 1) when the whole text shows p <= 1e-2
         best = min((r.level_log_p() + scan for r in regions if r.tokens), default=0.0)
         if windows == 1 or level_lp > math.log(1e-2) or best > log_alpha:
             return Attribution("absent", level_lp,

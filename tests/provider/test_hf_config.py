@@ -73,7 +73,10 @@ def test_generate_with_top_k_top_p_decodes_exactly(smollm2, caplog):
     dec = Decoder(profile, {1: [keyset.tables[0]], 2: [keyset.tables[1]]})
     for r, p in zip(dec.decode_texts(texts, tok), payloads, strict=True):
         assert r.watermarked and r.p_value < 1e-6, r
-        assert r.levels[1].fields["user"] == p["user"]
+        # Never a wrong value. Keys are fresh each run, and at top-k 50 / top-p 0.9 a text may withhold the user
+        # (exact user at 200 tokens is ~0.8-0.9 there: docs/evaluation), so None is allowed, a third user is not.
+        assert r.levels[1].fields["user"] in (p["user"], None), r
+        assert r.levels[0].status != "decoded" or r.levels[0].fields["model"] == p["model"], r
     logged = caplog.text
     for s in _secrets(bundle):
         assert s not in logged

@@ -17,6 +17,7 @@ SAFE_FIELDS = (
     "source",  # the profile a key move came from (hero keys move-profile; main logs it)
     "workers",  # server worker processes (hero serve)
     "op",  # a KEK provider call that failed (verifier.keys.kek_*): the operation, never its data
+    "retired",  # how many KEK versions a rotation retired (a count)
 )
 
 

@@ -51,7 +51,7 @@ def test_bit_accuracy_from_retokenized_text(setup):
         # spec v2: a released value is the one the text carries, never a near miss
         for lv, name in ((1, "model"), (2, "user")):
             level = r.levels[lv - 1]
-            assert level.status in ("decoded", "absent") and level.fields[name] in (p[name], None)
+            assert level.status in ("decoded", "detected", "absent") and level.fields[name] in (p[name], None)
         exact += r.levels[1].fields["user"] == p["user"]
         released1 += r.levels[0].status == "decoded"
     print(f"\nSmolLM2 round trip (200 tokens): exact user {exact}/{len(results)}, model released {released1}/"

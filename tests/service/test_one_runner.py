@@ -87,7 +87,7 @@ def test_hero_decode_reports_missing_levels_exactly_as_the_api_does(lite, monkey
     r = lite.client.post("/v1/verify", headers=lite.auth("admin"), json={"texts": [text]})
     assert r.status_code == 200
     api = {k: v for k, v in r.json()["results"][0].items() if k != "receipt"}
-    assert api["levels"][0]["status"] == "decoded"
+    assert api["levels"][0]["status"] in ("decoded", "detected")  # 96 tokens: the value may be withheld (15.4)
     assert api["levels"][1]["status"] == "undecodable" and api["levels"][1]["reason"] == "no usable key for level 2"
 
     _cli_env(monkeypatch, lite)

@@ -17,10 +17,16 @@ from tests.helpers.synthetic import generate
 from verifier.engine import reference, stats, weighted
 from verifier.engine.decoder import Decoder
 from verifier.engine.model_aware import routing_prefixes
-from verifier.engine.profile import make_profile
+from verifier.engine.profile import make_profile, profile_from_dict
 from verifier.engine.weighted_decode import MODEL_AWARE, WeightedDecoder, Weighting
 
 PROFILE = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), spec_version=2)
+# the v3 construction (one seed per token and level, one Philox block per value), both levels per value
+PROFILE_V3 = profile_from_dict({
+    "name": "v3-synthetic", "spec_version": 3, "vocab_size": 4000, "context_width": 3, "segments": 4,
+    "levels": [{"bits": 2, "chunks": 20, "encoding": "value", "fields": [{"name": "level1", "bits": 8}]},
+               {"bits": 3, "encoding": "value", "fields": [{"name": "level2", "bits": 12}]}],
+})
 
 
 def _weights(n: int, seed: int) -> np.ndarray:
@@ -137,14 +143,21 @@ def _named(level) -> set[int]:
     return out
 
 
-def test_equal_weights_reproduce_model_free_decoding(keys, decoder):
+@pytest.mark.parametrize("profile", [PROFILE, PROFILE_V3], ids=["v2", "v3"])
+def test_equal_weights_reproduce_model_free_decoding(profile):
+    """Equal weights give the model-free results exactly, for every construction (a v3 level's evidence needs
+    its seed key: without it the weighted path read v2 evidence and found nothing)."""
+    keys = make_keyset(profile, 1)
+    decoder = Decoder(profile, {1: [keys.tables[0]], 2: [keys.tables[1]]})
     rng = random.Random(3)
-    pays = _payloads(rng, 12)
-    batch = generate(PROFILE, keys, pays, 60, seed=21).tolist()
-    batch += np.random.default_rng(1).integers(0, PROFILE.vocab_size, (4, 60)).tolist()
-    ones = [np.ones((len(reference.scored_positions(x, PROFILE.context_width)), 2)) for x in batch]
+    pays = [{"level1": rng.randrange(1 << f1.bits), "level2": rng.randrange(4096)} for _ in range(12)
+            for f1 in [profile.levels[0].fields[0]]]
+    batch = generate(profile, keys, pays, 60, seed=21).tolist()
+    batch += np.random.default_rng(1).integers(0, profile.vocab_size, (4, 60)).tolist()
+    ones = [np.ones((len(reference.scored_positions(x, profile.context_width)), 2)) for x in batch]
     free = decoder.decode_ids(batch)
     wres = WeightedDecoder(decoder).decode_ids(batch, ones)
+    assert sum(r.levels[1].status == "decoded" for r in free) >= 8  # the watermarked texts name their user
     for a, b in zip(free, wres, strict=True):
         assert b.scoring == MODEL_AWARE and a.scoring == "model-free"
         assert a.tokens_scored == b.tokens_scored and a.watermarked == b.watermarked

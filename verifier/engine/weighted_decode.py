@@ -24,7 +24,7 @@ import torch
 
 from gpu import prf
 from gpu.evidence import segment_scores
-from gpu.scoring import LevelKeys, ScoringSpec
+from gpu.scoring import ScoringSpec
 from verifier.engine import stats, weighted
 from verifier.engine.attribution import (
     LOG_SCAN_GATE,
@@ -86,8 +86,7 @@ class WeightedDecoder:
         d, prof = self.decoder, self.decoder.profile
         width = max(1, int(n_tok.max()))
         pk = prf.key_words([d._position_key(pos_version)], d.device)
-        keys = [LevelKeys(lv, *d._words[(lv, t.version)], per_value=prof.levels[lv - 1].per_value)
-                for lv, t in tables]
+        keys = [d._level_keys(lv, t.version) for lv, t in tables]  # v3: with the level's seed key
         spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride,
                            width)
         scores, counts = segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), keys)

@@ -6,9 +6,9 @@ adapter turns a decoder's output into an `Attribution`: the value released (or N
 the values named by a `mixed` result, the decoder's confidence and a detection score.
 
 Release rules (the thing false attribution is measured on):
-- HeRo (v1 and v2 profiles): the engine's own per-level rule (`decoded` releases, `mixed` names its
-  candidates). An engine without spec v2 marks every level with a scored token `decoded`, so under it
-  the v1 profile releases a user for any text, as the v1 service did.
+- HeRo (v1, v2 and v3 profiles, model-free or model-aware): the engine's own per-level rule (`decoded`
+  releases, `mixed` names its candidates). An engine without spec v2 marks every level with a scored
+  token `decoded`, so under it the v1 profile releases a user for any text, as the v1 service did.
 - MPAC, BiMark: the decoded value when the detection score exceeds a threshold set on human text
   (`gate`); they have no calibrated per-text p-value of their own.
 """
@@ -19,8 +19,16 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from verifier.engine.profile import Profile, profile_from_dict
-from verifier.evaluation.methods import UNWATERMARKED, BaselineMethod, HeroMethod, Method, _bits_to_int, build_method
+from verifier.engine.profile import Profile, profile_from_dict, v3_profile
+from verifier.evaluation.methods import (
+    UNWATERMARKED,
+    BaselineMethod,
+    HeroMethod,
+    Method,
+    ModelAwareMethod,
+    _bits_to_int,
+    build_method,
+)
 
 USER_BITS = 12
 MODEL_BITS = 12
@@ -39,8 +47,9 @@ V1_DEFAULT = {
         {"bits": 2, "fields": [{"name": "user", "bits": 12}]},
     ],
 }
-HERO_V1, HERO_V2 = "HeRo-v1", "HeRo-v2"
-ATTR_METHODS = (HERO_V2, HERO_V1, "MPAC(2)", "BiMark(20)", UNWATERMARKED)
+HERO_V1, HERO_V2, HERO_V3 = "HeRo-v1", "HeRo-v2", "HeRo-v3"
+HERO_V3_AWARE = HERO_V3 + ModelAwareMethod.SUFFIX
+ATTR_METHODS = (HERO_V3, HERO_V3_AWARE, HERO_V2, HERO_V1, "MPAC(2)", "BiMark(20)", UNWATERMARKED)
 SCHEME = "_user12"  # cache key part: payload = constant model + per-text 12-bit user
 
 
@@ -53,6 +62,7 @@ class Attribution:
     confidence: float | None = None
     best: int | None = None  # the decoder's best value, released or not
     extra: dict = field(default_factory=dict)
+    model: int | None = None  # the public `model` released (HeRo: level 1's own rule; baselines: gated bits)
 
     def named(self) -> set[int]:
         """Every user value this result puts a name to."""
@@ -94,7 +104,13 @@ def v2_profile() -> Profile | None:
     return p if getattr(p, "spec_version", 1) >= 2 else None
 
 
-def build_attr_method(name: str, seed: int) -> Method | None:
+def build_attr_method(name: str, seed: int, model=None) -> Method | ModelAwareMethod | None:
+    """The named method; a '... (model-aware)' name decodes its base method's texts with `model` (the LM)."""
+    if name.endswith(ModelAwareMethod.SUFFIX):
+        base = build_attr_method(name[: -len(ModelAwareMethod.SUFFIX)], seed)
+        return ModelAwareMethod(base, model) if isinstance(base, HeroMethod) and model is not None else None
+    if name == HERO_V3:
+        return HeroMethod.from_profile(name, v3_profile(), seed)
     if name == HERO_V1:
         return HeroMethod.from_profile(name, profile_from_dict(V1_DEFAULT), seed)
     if name == HERO_V2:
@@ -103,20 +119,23 @@ def build_attr_method(name: str, seed: int) -> Method | None:
     return build_method(name, MODEL_BITS + USER_BITS, seed)
 
 
-def attribute(method: Method, ids: Sequence[Sequence[int]]) -> list[Attribution]:
+def attribute(method: Method | ModelAwareMethod, ids: Sequence[Sequence[int]]) -> list[Attribution]:
     if isinstance(method, HeroMethod):
-        return _hero(method, ids)
+        return _hero(method.profile, method._decoder, ids)
+    if isinstance(method, ModelAwareMethod):
+        return _hero(method.profile, method, ids)
     if isinstance(method, BaselineMethod):
         return _baseline(method, ids)
     raise TypeError(f"{method.name} carries no payload")
 
 
-def _hero(method: HeroMethod, ids: Sequence[Sequence[int]]) -> list[Attribution]:
+def _hero(profile: Profile, decoder, ids: Sequence[Sequence[int]]) -> list[Attribution]:
     from verifier.evaluation.methods import _decode_safe
 
-    lv = method.profile.field_level("user")
+    lv = profile.field_level("user")
+    mlv = profile.field_level("model")
     out = []
-    for r in _decode_safe(method._decoder, list(ids)):
+    for r in _decode_safe(decoder, list(ids)):
         if r is None:
             out.append(Attribution(None, "undecodable", 0.0))
             continue
@@ -136,25 +155,42 @@ def _hero(method: HeroMethod, ids: Sequence[Sequence[int]]) -> list[Attribution]
                 lr.confidence,
                 best,
                 {"level_log10_p": lr.log10_p_value, "flags": list(getattr(r, "flags", []) or [])},
+                model=_released(r.levels[mlv - 1], "model"),
             )
         )
     return out
 
 
+def _released(level_result, name: str) -> int | None:
+    return level_result.fields.get(name) if level_result.status == "decoded" else None
+
+
 def _baseline(method: BaselineMethod, ids: Sequence[Sequence[int]]) -> list[Attribution]:
     out = []
     for d in method.decode([list(x) for x in ids]):
-        ub = d.bits[MODEL_BITS : MODEL_BITS + USER_BITS]
+        ub, mb = d.bits[MODEL_BITS : MODEL_BITS + USER_BITS], d.bits[:MODEL_BITS]
         v = None if any(b is None for b in ub) else _bits_to_int(ub)  # type: ignore[arg-type]
-        out.append(Attribution(v, "decoded" if v is not None else "undecodable", d.score, best=v))
+        mv = None if any(b is None for b in mb) else _bits_to_int(mb)  # type: ignore[arg-type]
+        out.append(Attribution(v, "decoded" if v is not None else "undecodable", d.score, best=v, model=mv))
     return out
+
+
+def model_truth(method: Method | ModelAwareMethod, seed: int) -> int:
+    """The `model` value a method's texts carry (HeRo: cut to the profile's public field width)."""
+    profile = getattr(method, "profile", None)
+    if profile is None:
+        return model_value(seed)
+    (f,) = [f for lv in profile.levels for f in lv.fields if f.name == "model"]
+    return model_value(seed) & ((1 << f.bits) - 1)
 
 
 def gate(atts: Sequence[Attribution], threshold: float | None) -> list[Attribution]:
     """Release only where the detection score exceeds `threshold` (None: keep the decoder's rule)."""
     if threshold is None:
         return list(atts)
-    return [a if a.score > threshold else replace(a, user=None, status="absent", candidates=()) for a in atts]
+    return [
+        a if a.score > threshold else replace(a, user=None, status="absent", candidates=(), model=None) for a in atts
+    ]
 
 
 def count_false(atts: Sequence[Attribution], allowed: Sequence[set[int]]) -> int:

@@ -43,6 +43,7 @@ class AttributionData:
         return SCHEME + _profile_tag(m) + extra
 
     def main(self, m: Method, s: Sampling, indices: Sequence[int] | None = None) -> list[dict]:
+        m = getattr(m, "base", m)  # a model-aware method decodes its base method's texts
         p = self.plan
         return self.r.gen_cache.get(
             m,

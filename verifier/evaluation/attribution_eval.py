@@ -14,8 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verifier.evaluation import attacks, metrics
-from verifier.evaluation.attribution import Attribution, attribute, count_exact, count_false, gate, user_value
-from verifier.evaluation.methods import UNWATERMARKED, VOCAB, BaselineMethod, HeroMethod, Method
+from verifier.evaluation.attribution import (
+    Attribution,
+    attribute,
+    count_exact,
+    count_false,
+    gate,
+    model_truth,
+    user_value,
+)
+from verifier.evaluation.methods import UNWATERMARKED, VOCAB, BaselineMethod, HeroMethod, Method, ModelAwareMethod
 from verifier.evaluation.splices import build_splices, classify
 
 PREFIXES = (25, 50, 100, 200)
@@ -85,6 +93,7 @@ class MethodEval:
         self.recs, self.unw = recs, unw_recs
         self.seed = sec.r.cfg.seed
         self.users = [user_value(self.seed, x["i"]) for x in recs]
+        self.model = model_truth(m, self.seed)
         self.baseline = isinstance(m, BaselineMethod)
         self.tokens = sec.plan.tokens
         self.points: list[tuple[float, bool]] = []  # (confidence, exactly right) of released values
@@ -114,7 +123,7 @@ class MethodEval:
         res["fa_splices"] = metrics.proportion(third, total)
         ppl = [x["gen_ppl"] for x in self.recs]
         res["gen_ppl"], res["ppl"] = ppl, metrics.median_ci(ppl)
-        if isinstance(self.m, HeroMethod) and self.points:
+        if isinstance(self.m, HeroMethod | ModelAwareMethod) and self.points:
             res["reliability"] = metrics.reliability([c for c, _ in self.points], [ok for _, ok in self.points])
             res["reliability_n"] = len(self.points)
         return res
@@ -163,6 +172,9 @@ class MethodEval:
             "wrong": metrics.proportion(wrong, n),
             "best": metrics.proportion(best, n),
             "status": dict(Counter(a.status for a in att)),
+            # the public `model` (a moderator's release: level 1's own rule, never level-2 material)
+            "model_exact": metrics.proportion(sum(a.model == self.model for a in att), n),
+            "model_wrong": metrics.proportion(sum(a.model is not None and a.model != self.model for a in att), n),
         }
 
     def _replaced(self, p: float) -> list[list[int]]:

@@ -11,7 +11,7 @@ from verifier.engine.decoder import Decoder
 from verifier.evaluation import collusion as col
 from verifier.evaluation import metrics
 from verifier.evaluation.attribution import attribute
-from verifier.evaluation.methods import BaselineMethod, HeroMethod
+from verifier.evaluation.methods import BaselineMethod, HeroMethod, ModelAwareMethod
 from verifier.evaluation.sampling import COLLUSION_SETTING
 from verifier.evaluation.splices import classify, splice_ids
 
@@ -123,6 +123,8 @@ def decode_cost(sec, texts: int = 100, rounds: int = 3) -> dict:
             t1 = {1: [m.keyset.tables[0]]}
             jobs[f"{name} moderator (level 1)"] = Decoder(m.profile, t1).decode_ids
             jobs[f"{name} auditor (all levels)"] = m._decoder.decode_ids
+        elif isinstance(m, ModelAwareMethod):  # the LM re-run (CPU, torch threads below) + the weighted decode
+            jobs[f"{name} auditor (all levels)"] = m.decode_ids
         elif isinstance(m, BaselineMethod):
             jobs[f"{name} (whole payload)"] = m.decode
     for _ in range(rounds):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from verifier.evaluation.attribution import build_attr_method
 from verifier.evaluation.attribution_data import AttributionData, DataPlan
-from verifier.evaluation.methods import UNWATERMARKED
+from verifier.evaluation.methods import UNWATERMARKED, ModelAwareMethod
 from verifier.evaluation.sampling import COLLUSION_SETTING, SETTINGS
 
 ROUND = 50  # prompts per generation round (a multiple of the batch size keeps batch seeds fixed)
@@ -23,9 +23,9 @@ class AttributionSection:
         self.human_cache: dict = {}  # (method, tokens) -> results on the human texts (setting-independent)
         self.methods = {}
         for name in cfg.attr_methods:
-            m = build_attr_method(name, cfg.seed)
+            m = build_attr_method(name, cfg.seed, model=runner.model)
             if m is None:
-                runner.say(f"attribution: {name} unavailable (no spec-v2 default profile yet): skipped")
+                runner.say(f"attribution: {name} unavailable (no such profile or no model here): skipped")
                 runner.results["skipped"].append(f"attribution:{name}")
             else:
                 self.methods[name] = m
@@ -44,7 +44,7 @@ class AttributionSection:
         r, p = self.r, self.plan
         for k, start in enumerate(range(0, p.prompts, ROUND)):
             for s in self.settings:
-                for name, m in self.methods.items():
+                for name, m in self.generators().items():
                     idx = range(start, min(start + ROUND, self.texts(name, s.name)))
                     if len(idx):
                         r.say(f"attribution data: main {name} {s.name} texts {idx.start}..{idx.stop - 1}")
@@ -64,9 +64,19 @@ class AttributionSection:
             self.r.say(f"attribution data: collusion {name}")
             self.data.collusion(m, COLLUSION_SETTING)
 
+    def generators(self) -> dict:
+        """The methods that make texts: a model-aware method reads its base method's texts."""
+        out = {}
+        for name, m in self.methods.items():
+            if isinstance(m, ModelAwareMethod):
+                out.setdefault(m.base.name, m.base)
+            else:
+                out[name] = m
+        return out
+
     def diversity_methods(self) -> dict:
         """HeRo and plain sampling (unwatermarked): the baselines sample with fresh randomness anyway."""
-        return {n: m for n, m in self.methods.items() if n.startswith("HeRo") or n == UNWATERMARKED}
+        return {n: m for n, m in self.generators().items() if n.startswith("HeRo") or n == UNWATERMARKED}
 
     def run(self) -> None:
         self.generate_all()

@@ -139,6 +139,30 @@ class HeroMethod(Method):
         return out
 
 
+class ModelAwareMethod:
+    """A HeRo method's texts and keys decoded model-aware (spec section 16): the LM re-run over each text
+    weighs its evidence (`scoring: "model-aware"`). It generates nothing of its own: `base` makes the texts,
+    so model-free and model-aware figures are measured on the same texts."""
+
+    SUFFIX = " (model-aware)"
+
+    def __init__(self, base: HeroMethod, model, batch_size: int = 16) -> None:
+        from verifier.engine.weighted_decode import WeightedDecoder, Weighting
+
+        self.base, self.model, self.batch_size = base, model, batch_size
+        self.name = base.name + self.SUFFIX
+        self.profile, self.keyset, self.total_bits = base.profile, base.keyset, base.total_bits
+        self._weighted = WeightedDecoder(base._decoder)
+        self._weighting = Weighting()
+
+    def decode_ids(self, ids: list[list[int]]):
+        """`Decoder.decode_ids`, model-aware (the weights are the text's own; see engine/model_aware.py)."""
+        from verifier.engine.model_aware import level_probabilities
+
+        probs = level_probabilities(self.model, self.profile, ids, batch_size=self.batch_size)
+        return self._weighted.decode_ids(ids, [self._weighting(p) for p in probs])
+
+
 def _level_table(secret: bytes, profile: Profile, level: int) -> KeyTable:
     """Level `level`'s key table as the profile's spec version derives it (v2: one key per whole value
     on per-value levels); engines without spec v2 derive the v1 table."""
@@ -149,8 +173,9 @@ def _level_table(secret: bytes, profile: Profile, level: int) -> KeyTable:
     return derive_table(secret, level, profile.levels[level - 1].bits, f"l{level}")
 
 
-def _decode_safe(decoder: Decoder, ids: list[list[int]]):
-    """Decoder.decode_ids on the non-trivial rows (None for rows with fewer tokens than the context)."""
+def _decode_safe(decoder, ids: list[list[int]]):
+    """decoder.decode_ids (a Decoder or a ModelAwareMethod) on the non-trivial rows (None for rows with fewer
+    tokens than the context)."""
     keep = [i for i, row in enumerate(ids) if len(row) > decoder.profile.context_width]
     res = decoder.decode_ids([ids[i] for i in keep]) if keep else []
     out: list = [None] * len(ids)

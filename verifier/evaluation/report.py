@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from verifier.evaluation import report_attribution
+from verifier.evaluation import report_attribution, report_v3
 from verifier.evaluation.formatting import ci_text as _ci
 from verifier.evaluation.formatting import paired_values as _paired_values
 
@@ -29,6 +29,7 @@ def write_report(results: dict, out: Path) -> Path:
     plots = _plots(results, out)
     parts = (
         _header,
+        report_v3.section,  # issue 32: spec v3's goals, from the attribution section's cells
         report_attribution.section,  # issue 11: the figures a service that names users must stand behind
         _main_table,
         _tpr_tables,

@@ -15,6 +15,8 @@ GOALS = {
 
 
 SUMMARY_METHODS = (
+    "HeRo-v3",
+    "HeRo-v3 (model-aware)",
     "HeRo-v2",
     "HeRo-v1",
     "HeRo-v1 (engine before v2)",

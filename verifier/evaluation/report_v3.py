@@ -1,0 +1,210 @@
+"""Report part for spec v3 (issue 32): its goals table and the public `model` side by side, from the attribution
+section's cells (results["cells"]["attribution"]). Nothing here measures: it reads what attribution_eval wrote."""
+
+from __future__ import annotations
+
+V3, V3_AWARE, V2, BIMARK = "HeRo-v3", "HeRo-v3 (model-aware)", "HeRo-v2", "BiMark(20)"
+SETTINGS = ("T1", "k50p0.9")
+# (figure, goal at T = 1, goal at top-k 50 / top-p 0.9): docs of issue 32's "Must show"
+GOALS = {
+    "model50": (0.90, 0.40),
+    "model100": (0.99, 0.80),
+    "model200": (0.999, 0.97),
+    "tpr_free": (0.99, 0.75),
+    "tpr_aware": (0.99, 0.95),
+    "aware50": (0.97, 0.30),
+    "aware100": (0.995, 0.80),
+    "aware200": (0.999, 0.98),
+    "free100": (0.99, 0.50),
+    "free200": (0.999, 0.95),
+    "rep0.1": (0.99, 0.60),
+    "rep0.2": (0.95, 0.35),
+    "both": (0.98, 0.50),
+}
+
+
+def _rate(d: dict | None) -> float | None:
+    return None if not d or not d.get("n") else float(d["p"])
+
+
+def _fmt(d: dict | None) -> str:
+    if not d or not d.get("n"):
+        return "—"
+    return f"{d['p']:.3f} [{d['lo']:.3f}, {d['hi']:.3f}] (n {d['n']})"
+
+
+def _tpr(t: dict | None) -> str:
+    return "—" if not t else f"{t['tpr']:.3f} [{t['lo']:.3f}, {t['hi']:.3f}]"
+
+
+def _verdict(value: float | None, goal: float, lo: float | None = None) -> str:
+    if value is None:
+        return "not measured"
+    if value < goal:
+        return "**missed**"
+    return "met" if lo is None or lo >= goal else "met (point estimate; CI lower bound below)"
+
+
+def _cell(att: dict, setting: str, method: str) -> dict:
+    return (att.get(setting) or {}).get(method) or {}
+
+
+def _prefix(c: dict, t: str, key: str) -> dict | None:
+    return c.get("prefix", {}).get(t, {}).get(key)
+
+
+def _best_of(cells: list[dict], get) -> dict | None:
+    """The better of model-free and model-aware scoring for one figure (the issue's 'best scoring')."""
+    vals = [v for v in (get(c) for c in cells) if v and v.get("n")]
+    return max(vals, key=lambda d: d["p"]) if vals else None
+
+
+def _row(label: str, goal_key: str, per_setting: list[dict | None], tpr: bool = False) -> str:
+    cols = []
+    for k, d in enumerate(per_setting):
+        goal = GOALS[goal_key][k]
+        if tpr:
+            value, lo, text = (d or {}).get("tpr"), (d or {}).get("lo"), _tpr(d)
+        else:
+            value, lo, text = _rate(d), (d or {}).get("lo"), _fmt(d)
+        cols += [f">= {goal:g}", text, _verdict(value, goal, lo)]
+    return f"| {label} | " + " | ".join(cols) + " |"
+
+
+def section(results: dict) -> list[str]:
+    att = results.get("cells", {}).get("attribution") or {}
+    if not any(_cell(att, s, V3) for s in SETTINGS):
+        return []
+    free = [_cell(att, s, V3) for s in SETTINGS]
+    aware = [_cell(att, s, V3_AWARE) for s in SETTINGS]
+    L = [
+        "## Spec v3 (issue 32): the goals, measured\n",
+        "HeRo-v3 = profile `v3` (public `model` 8 bits keyed per whole value, `user` 12 bits; spec section 15), "
+        "decoded model-free (equal weights, the default) and model-aware (the LM re-run over the text alone weighs "
+        "each token; spec section 16) on the **same texts**. Every figure is a k/n rate with its Wilson 95% "
+        "interval; a goal counts as met on the point estimate, and the verdict says when the interval's lower "
+        "bound does not confirm it. Settings, prompts, users and human texts as in the attribution section below.\n",
+        "| figure | goal, T = 1 | T = 1 | verdict | goal, top-k 50 / top-p 0.9 | top-k 50 / top-p 0.9 | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in ("50", "100", "200"):
+        L.append(
+            _row(
+                f"public `model` exact, moderator (model-free), {t} tokens",
+                f"model{t}",
+                [_prefix(c, t, "model_exact") for c in free],
+            )
+        )
+    L.append(
+        _row("detection TPR at FPR 1e-3, 50 tokens, model-free", "tpr_free", [c.get("tpr50") for c in free], tpr=True)
+    )
+    L.append(
+        _row(
+            "detection TPR at FPR 1e-3, 50 tokens, model-aware", "tpr_aware", [c.get("tpr50") for c in aware], tpr=True
+        )
+    )
+    for t in ("50", "100", "200"):
+        L.append(_row(f"exact `user`, model-aware, {t} tokens", f"aware{t}", [_prefix(c, t, "exact") for c in aware]))
+    for t in ("100", "200"):
+        L.append(_row(f"exact `user`, model-free, {t} tokens", f"free{t}", [_prefix(c, t, "exact") for c in free]))
+    for q, pct in (("0.1", "10%"), ("0.2", "20%")):
+        L.append(
+            _row(
+                f"exact `user`, 200 tokens, {pct} replaced (best scoring)",
+                f"rep{q}",
+                [
+                    _best_of([f, a], lambda c, q=q: c.get("replace", {}).get(q, {}).get("exact"))
+                    for f, a in zip(free, aware, strict=True)
+                ],
+            )
+        )
+    L.append(
+        _row(
+            "50/50 splices, 200 tokens: both named (`mixed`, best scoring)",
+            "both",
+            [
+                _best_of([f, a], lambda c: c.get("splices", {}).get("0.5", {}).get("both"))
+                for f, a in zip(free, aware, strict=True)
+            ],
+        )
+    )
+    L.append("")
+    L += _false_attribution(att)
+    L += _versus_bimark(att)
+    L += _public_model(att)
+    return L
+
+
+def _false_attribution(att: dict) -> list[str]:
+    L = [
+        "False attribution (goal <= 1e-3 and no third party; k/n [95% CI]):\n",
+        "| setting | scoring | human texts | unwatermarked model texts | third party on splices | wrong `user` on "
+        "own texts (any prefix or attack) | wrong `model` (any prefix) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        for m in (V3, V3_AWARE):
+            c = _cell(att, s, m)
+            if not c:
+                continue
+            cells = list(c.get("prefix", {}).values()) + list(c.get("replace", {}).values())
+            wrong = sum(x.get("wrong", {}).get("k", 0) for x in cells)
+            n = sum(x.get("wrong", {}).get("n", 0) for x in cells)
+            mw = sum(x.get("model_wrong", {}).get("k", 0) for x in c.get("prefix", {}).values())
+            mn = sum(x.get("model_wrong", {}).get("n", 0) for x in c.get("prefix", {}).values())
+            L.append(
+                f"| {s} | {m} | {_k(c.get('fa_human'))} | {_k(c.get('fa_unwatermarked'))} | "
+                f"{_k(c.get('fa_splices'))} | {wrong}/{n} | {mw}/{mn} |"
+            )
+    L.append("")
+    return L
+
+
+def _k(d: dict | None) -> str:
+    return "—" if not d or not d.get("n") else f"{d['k']}/{d['n']} [{d['lo']:.4f}, {d['hi']:.4f}]"
+
+
+def _versus_bimark(att: dict) -> list[str]:
+    """'Ahead of BiMark(20) in every exact-user cell at 100 and 200 tokens' (best HeRo-v3 scoring)."""
+    L = [
+        "Exact `user` against BiMark(20) and HeRo-v2 on the same prompts and users (best v3 scoring = the better "
+        "of model-free and model-aware; 'ahead' compares point estimates, and says whether the intervals overlap):\n",
+        "| setting | tokens | HeRo-v3 best | HeRo-v2 | BiMark(20) | ahead of BiMark(20) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        bm = _cell(att, s, BIMARK)
+        for t in ("100", "200"):
+            best = _best_of([_cell(att, s, V3), _cell(att, s, V3_AWARE)], lambda c, t=t: _prefix(c, t, "exact"))
+            b = _prefix(bm, t, "exact")
+            v2 = _prefix(_cell(att, s, V2), t, "exact")
+            if best is None or b is None or not b.get("n"):
+                ahead = "not measured"
+            elif best["p"] > b["p"]:
+                ahead = "yes" + (" (intervals overlap)" if best["lo"] <= b["hi"] else "")
+            else:
+                ahead = "**no**"
+            L.append(f"| {s} | {t} | {_fmt(best)} | {_fmt(v2)} | {_fmt(b)} | {ahead} |")
+    L.append("")
+    return L
+
+
+def _public_model(att: dict) -> list[str]:
+    """The public `model` a moderator gets, every method side by side (baselines: gated at FPR 1e-3)."""
+    L = [
+        "Public `model` released exact (HeRo: level 1's own rule with level-1 keys only; MPAC/BiMark: their "
+        "decoded model bits when the detection score clears the human-text threshold at FPR 1e-3):\n",
+        "| setting | method | 25 tokens | 50 tokens | 100 tokens | 200 tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        for m, c in (att.get(s) or {}).items():
+            if not isinstance(c, dict) or "prefix" not in c or m.endswith("(model-aware)"):
+                continue
+            L.append(
+                f"| {s} | {m} | "
+                + " | ".join(_fmt(_prefix(c, t, "model_exact")) for t in ("25", "50", "100", "200"))
+                + " |"
+            )
+    L.append("")
+    return L

@@ -138,6 +138,38 @@ def test_method_registry_shapes():
 # -- end to end ---------------------------------------------------------------------------------------
 @pytest.mark.model
 @pytest.mark.slow
+def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass():
+    """The evaluation's model-aware decode remembers the LM pass of a whole text and serves its prefixes from
+    it (the LM is causal): the same level probabilities and the same results as a fresh pass per prefix."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from verifier.engine.model_aware import level_probabilities
+    from verifier.engine.profile import profile_from_dict
+    from verifier.evaluation.methods import HeroMethod, ModelAwareMethod
+
+    profile = profile_from_dict({
+        "name": "v3-tiny", "spec_version": 3, "vocab_size": 4000, "context_width": 3, "segments": 4,
+        "levels": [{"bits": 2, "chunks": 20, "encoding": "value", "fields": [{"name": "model", "bits": 8}]},
+                   {"bits": 3, "encoding": "value", "fields": [{"name": "user", "bits": 12}]}],
+    })
+    torch.manual_seed(0)
+    lm = LlamaForCausalLM(LlamaConfig(vocab_size=4000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4,
+                                      max_position_embeddings=256)).eval()
+    m = ModelAwareMethod(HeroMethod.from_profile("HeRo-tiny", profile, 0), lm)
+    whole = np.random.default_rng(0).integers(0, 4000, 150).tolist()
+    prefixes = [whole[:n] for n in (25, 60, 100)]
+    m.level_probabilities([whole])
+    remembered = m.level_probabilities(prefixes)
+    assert len(m._memo) == 1 and len(m._memo[tuple(whole[:8])]) == 1  # no new pass: all read from the whole
+    for got, want in zip(remembered, level_probabilities(lm, profile, prefixes), strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4)
+    for a, b in zip(m.decode_ids(prefixes), m.decode_ids(prefixes, remember=False), strict=True):
+        assert [lv.status for lv in a.levels] == [lv.status for lv in b.levels]
+        assert a.log10_p_value == pytest.approx(b.log10_p_value, rel=1e-3, abs=1e-6)
+
+
 def test_hero_eval_quick_end_to_end(hero_home):
     from verifier.cli import build_parser
 
@@ -205,3 +237,27 @@ def test_report_long_cells_best_k1_and_paired_gemma(tmp_path):
     assert "| HeRo2(2,2) | 8 | 0.990 [0.980, 1.000] |" in text and "0.970 [0.960, 0.980] |" in text
     assert "| HeRo2(2,2) | K_1 = 40 (0.930) | K_1 = 40 (1.000) |" in text
     assert "| HeRo2(2,2) | 30 | 40.0 [35.0, 45.0] | +0.405 |" in text
+
+
+def test_spec_v3_goals_table_reads_the_attribution_cells():
+    """report_v3: a figure below its goal reads 'missed', a point estimate above the goal whose interval is not
+    confirms it only on the point, and 'ahead of BiMark' compares the better v3 scoring."""
+    from verifier.evaluation import report_v3
+
+    def rate(k, n):
+        return metrics.proportion(k, n)
+
+    def cell(exact200, model50):
+        return {"prefix": {"50": {"exact": rate(10, 20), "model_exact": rate(model50, 20)},
+                           "100": {"exact": rate(15, 20)}, "200": {"exact": rate(exact200, 200)}},
+                "tpr50": {"tpr": 1.0, "lo": 0.99, "hi": 1.0}, "replace": {}, "splices": {}}
+
+    att = {"plan": {"settings": ["T1"]},
+           "T1": {"HeRo-v3": cell(200, 12), "HeRo-v3 (model-aware)": cell(150, 0), "BiMark(20)": cell(195, 0)}}
+    text = "\n".join(report_v3.section({"cells": {"attribution": att}}))
+    row = next(r for r in text.splitlines() if r.startswith("| public `model` exact, moderator (model-free), 50"))
+    assert "0.600" in row and "**missed**" in row  # 12/20 against the 0.9 goal
+    row = next(r for r in text.splitlines() if r.startswith("| exact `user`, model-free, 200 tokens"))
+    assert "1.000" in row and "met (point estimate" in row  # 200/200: the Wilson lower bound is under 0.999
+    row = next(r for r in text.splitlines() if r.startswith("| T1 | 200 |"))
+    assert row.endswith("yes (intervals overlap) |")  # best v3 200/200 against BiMark 195/200

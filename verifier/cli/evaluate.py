@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--settings", nargs="+", default=None, help="sampling settings of the attribution section")
     p.add_argument("--attr-methods", nargs="+", default=None, help="methods of the attribution section")
     p.add_argument(
-        "--attr-cap", nargs="+", default=None, metavar="METHOD=N", help="attribution: at most N main texts for METHOD"
+        "--attr-cap", nargs="+", default=None, metavar="METHOD=N",
+        help="attribution: at most N main texts for METHOD (METHOD@SETTING: in one setting; METHOD@humans: "
+        "N human texts)",
     )
     p.add_argument("--generate-only", action="store_true", help="attribution: only fill the generation cache")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")

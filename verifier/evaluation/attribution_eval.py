@@ -110,7 +110,9 @@ class MethodEval:
         res: dict = {"n": len(self.recs), "tokens": self.tokens}
         self._humans(res)
         self.prefixes = [t for t in PREFIXES if t < self.tokens] + [self.tokens]
-        res["prefix"] = {str(t): self._exact(self.seen([x["ids"][:t] for x in self.recs]), t) for t in self.prefixes}
+        # longest first: a model-aware method re-uses the LM pass of the whole text for its prefixes
+        done = {t: self._exact(self.seen([x["ids"][:t] for x in self.recs]), t) for t in sorted(self.prefixes)[::-1]}
+        res["prefix"] = {str(t): done[t] for t in self.prefixes}
         res["tpr50"] = metrics.tpr_at_fpr(self._scores50, [a.score for a in self.human[self.detect_t]], FA_FPR)
         res["detect_tokens"] = self.detect_t
         res["replace"] = {str(p): self._exact(self.seen(self._replaced(p)), self.tokens) for p in REPLACE}
@@ -131,7 +133,7 @@ class MethodEval:
     def _humans(self, res: dict) -> None:
         """Human texts at 50 (detection) and full length (false attribution); baselines' release thresholds."""
         self.detect_t = min(DETECT_TOKENS, self.tokens)
-        self.human = {t: self._human(t) for t in (self.detect_t, self.tokens)}
+        self.human = {t: self._human(t) for t in sorted({self.detect_t, self.tokens})[::-1]}
         self.threshold: dict[int, float] = {}
         if self.baseline:
             for t in [t for t in PREFIXES if t < self.tokens] + [self.tokens]:
@@ -152,7 +154,7 @@ class MethodEval:
         """The method's results on the human texts cut to t tokens, shared by the sampling settings."""
         key = (self.m.name, t)
         if key not in self.sec.human_cache:
-            self.sec.human_cache[key] = attribute(self.m, self.r.human_ids(t))
+            self.sec.human_cache[key] = attribute(self.m, self.r.human_ids(t)[: self.sec.humans(self.m.name)])
         return self.sec.human_cache[key]
 
     def _exact(self, ids: list[list[int]], t: int) -> dict:

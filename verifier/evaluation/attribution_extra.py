@@ -124,7 +124,7 @@ def decode_cost(sec, texts: int = 100, rounds: int = 3) -> dict:
             jobs[f"{name} moderator (level 1)"] = Decoder(m.profile, t1).decode_ids
             jobs[f"{name} auditor (all levels)"] = m._decoder.decode_ids
         elif isinstance(m, ModelAwareMethod):  # the LM re-run (CPU, torch threads below) + the weighted decode
-            jobs[f"{name} auditor (all levels)"] = m.decode_ids
+            jobs[f"{name} auditor (all levels)"] = lambda ids, m=m: m.decode_ids(ids, remember=False)
         elif isinstance(m, BaselineMethod):
             jobs[f"{name} (whole payload)"] = m.decode
     for _ in range(rounds):

@@ -37,6 +37,11 @@ class AttributionSection:
         cap = caps.get(f"{name}@{setting}", caps.get(name, self.plan.prompts))
         return min(self.plan.prompts, cap)
 
+    def humans(self, name: str) -> int:
+        """Human texts a method is measured on: all, or fewer where a cap 'METHOD@humans' says so (a
+        model-aware decode re-runs the LM: about a CPU-second per 200-token text)."""
+        return (self.r.cfg.attr_caps or {}).get(f"{name}@humans", len(self.r.human_bodies))
+
     def generate_all(self) -> None:
         """Every text the section needs, in rounds of `ROUND` prompts over all main cells (each up to its
         cap), so that a run cut short leaves the cells with similar numbers of texts; diversity and

@@ -154,13 +154,39 @@ class ModelAwareMethod:
         self.profile, self.keyset, self.total_bits = base.profile, base.keyset, base.total_bits
         self._weighted = WeightedDecoder(base._decoder)
         self._weighting = Weighting()
+        self._memo: dict[tuple[int, ...], list[tuple[list[int], object]]] = {}
 
-    def decode_ids(self, ids: list[list[int]]):
-        """`Decoder.decode_ids`, model-aware (the weights are the text's own; see engine/model_aware.py)."""
-        from verifier.engine.model_aware import level_probabilities
-
-        probs = level_probabilities(self.model, self.profile, ids, batch_size=self.batch_size)
+    def decode_ids(self, ids: list[list[int]], remember: bool = True):
+        """`Decoder.decode_ids`, model-aware (the weights are the text's own; see engine/model_aware.py).
+        `remember=False` runs the LM on every text (what a verifier pays: decode-cost measurements)."""
+        probs = self.level_probabilities(ids, remember)
         return self._weighted.decode_ids(ids, [self._weighting(p) for p in probs])
+
+    def level_probabilities(self, ids: list[list[int]], remember: bool = True) -> list:
+        """engine/model_aware.level_probabilities, remembered per text: the LM is causal, so a text that is a
+        prefix of one already scored (the 25/50/100-token prefixes of a 200-token text) reads its rows from
+        the longer text's (scored positions are first occurrences, so the prefix's are the leading ones).
+        One forward pass of SmolLM2 over 200 tokens costs about a CPU-second; the evaluation decodes each
+        text at four lengths."""
+        from verifier.engine.model_aware import level_probabilities
+        from verifier.engine.reference import scored_positions
+
+        out: list = [None] * len(ids)
+        todo = []
+        for i, x in enumerate(ids):
+            for full, probs in self._memo.get(tuple(x[:8]), ()) if remember else ():
+                if len(full) >= len(x) and full[: len(x)] == x:
+                    out[i] = probs[: len(scored_positions(list(x), self.profile.context_width))]
+                    break
+            else:
+                todo.append(i)
+        todo.sort(key=lambda i: -len(ids[i]))  # longest first: later, shorter rows may reuse them
+        new = level_probabilities(self.model, self.profile, [ids[i] for i in todo], batch_size=self.batch_size)
+        for i, probs in zip(todo, new, strict=True):
+            out[i] = probs
+            if remember:
+                self._memo.setdefault(tuple(ids[i][:8]), []).append((list(ids[i]), probs))
+        return out
 
 
 def _level_table(secret: bytes, profile: Profile, level: int) -> KeyTable:

@@ -84,6 +84,25 @@ def test_processor_rejects_mismatched_inputs():
         make_warpers(0.0)
 
 
+@pytest.mark.parametrize("profile", [default_profile(), v1_profile()], ids=["v2", "v1"])
+def test_a_prompt_shorter_than_the_context_is_left_padded(profile):
+    """A one-token prompt (h = 3 or 4): the processor draws from its first step on (it used to fail on a
+    context of fewer than h ids), and the vLLM plugin's context_tail pads the same way."""
+    from verifier.engine.generation import context_tail
+
+    proc = HeroLogitsProcessor(profile, make_keyset(profile), [{"model": 1, "user": 1}])
+    seq = torch.tensor([[42]])
+    scores = torch.randn(1, profile.vocab_size, generator=torch.Generator().manual_seed(0))
+    for _ in range(profile.context_width + 2):
+        out = proc(seq, scores.clone())
+        assert torch.isfinite(out).sum() == 1  # one token drawn
+        seq = torch.cat([seq, out.argmax(-1, keepdim=True)], dim=1)
+    assert context_tail([42], [], 3) == [0, 0, 42]
+    assert context_tail([1, 2], [7], 4) == [0, 1, 2, 7]
+    assert context_tail([1, 2, 3, 4, 5], [7], 3) == [4, 5, 7]
+    assert context_tail([1], [7, 8, 9, 10], 3) == [8, 9, 10]
+
+
 def test_repeated_contexts_unwatermarked_and_recorded_only_inside_continuation():
     profile = v1_profile()  # h = 4 (the v2 default has h = 3)
     ks = make_keyset(profile)

@@ -104,8 +104,7 @@ def test_enforce_mode_refuses_a_request_without_payload(engine, monkeypatch):
         llm.generate(["Hello"], SamplingParams(max_tokens=4))
     with pytest.raises(VLLMValidationError, match="user"):  # a bad payload is refused at admission too
         llm.generate(["Hello"], SamplingParams(max_tokens=4, extra_args={"hero": {"model": 1, "user": 1 << 20}}))
-    # A prompt of at least h tokens: a shorter one fails in apply (contexts shorter than h; known bug, issue 27's
-    # closing note of session 13).
-    ok = llm.generate(["The history of the printing press"],
+    # A one-token prompt (fewer than h ids of context: left-padded, see plugin.context_tail) and a longer one.
+    ok = llm.generate(["Hello", "The history of the printing press"],
                       SamplingParams(max_tokens=4, extra_args={"hero": {"model": 1, "user": 2}}))
-    assert len(ok[0].outputs[0].token_ids) == 4
+    assert [len(o.outputs[0].token_ids) for o in ok] == [4, 4]

@@ -148,12 +148,24 @@ class HeroLogitsProcessor(LogitsProcessor):
         h = self.profile.context_width
         warped = self.warpers(input_ids, scores)
         context = input_ids[:, -h:].to(self.device)
+        if s < h:  # a prompt shorter than the context: left-padded as context_tail does
+            context = torch.nn.functional.pad(context, (h - s, 0), value=0)
         tokens = watermark_step(
             self.sampler, self.profile, warped.to(self.device), context, self.payload,
             [s - self.prompt_length] * b, self.seen, self.generator,
         )
         # In place (as HF's own processors do): no fresh [B, V] allocation per step.
         return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
+
+
+def context_tail(prompt, output, h: int) -> list[int]:
+    """The last h ids of prompt + output, left-padded with id 0 when there are fewer (a one-token prompt).
+    Only contexts of tokens g < h touch the prompt or the padding; spec v2+ draws those with fresh randomness
+    and a verifier never sees the prompt, so the padding never reaches a scored token."""
+    tail = list(output[-h:])
+    if len(tail) < h:
+        tail = list(prompt[max(0, len(prompt) - (h - len(tail))):]) + tail
+    return [0] * (h - len(tail)) + tail
 
 
 @dataclass

@@ -46,6 +46,7 @@ except ImportError:  # pragma: no cover - older vLLM: the legacy runner only
 
 from gpu import prf
 from gpu.step import ContextLog, FusedSampler
+from verifier.engine.generation import context_tail
 from verifier.engine.payload import encode_payload
 from verifier.provider.bundle import GenerationBundle, open_bundle
 
@@ -350,8 +351,7 @@ class HeroV1LogitsProcessor(V1LogitsProcessor):
         ctx, gen = [], []
         for r in rows:
             prompt, output = self.reqs[r]
-            tail = output[-h:] if len(output) >= h else list(prompt[len(prompt) - (h - len(output)):]) + list(output)
-            ctx.append(tail)
+            ctx.append(context_tail(prompt, output, h))
             gen.append(len(output))
         rows_t = torch.tensor(rows, device=logits.device)
         self.slots.generated[rows_t] = torch.tensor(gen, device=self.device)

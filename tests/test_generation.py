@@ -90,13 +90,18 @@ def test_a_prompt_shorter_than_the_context_is_left_padded(profile):
     context of fewer than h ids), and the vLLM plugin's context_tail pads the same way."""
     from verifier.engine.generation import context_tail
 
-    proc = HeroLogitsProcessor(profile, make_keyset(profile), [{"model": 1, "user": 1}])
-    seq = torch.tensor([[42]])
+    h, ks = profile.context_width, make_keyset(profile)
     scores = torch.randn(1, profile.vocab_size, generator=torch.Generator().manual_seed(0))
-    for _ in range(profile.context_width + 2):
-        out = proc(seq, scores.clone())
-        assert torch.isfinite(out).sum() == 1  # one token drawn
-        seq = torch.cat([seq, out.argmax(-1, keepdim=True)], dim=1)
+    drawn = []
+    for prompt in ([42], [0] * (h - 1) + [42]):  # the short prompt, and the same prompt padded by hand
+        proc = HeroLogitsProcessor(profile, ks, [{"model": 1, "user": 1}], generator=torch.Generator().manual_seed(5))
+        seq = torch.tensor([prompt])
+        for _ in range(h + 2):
+            out = proc(seq, scores.clone())
+            assert torch.isfinite(out).sum() == 1  # one token drawn
+            seq = torch.cat([seq, out.argmax(-1, keepdim=True)], dim=1)
+        drawn.append(seq[0, len(prompt):].tolist())
+    assert drawn[0] == drawn[1]  # v1 keys its first h draws with contexts that reach into the (padded) prompt
     assert context_tail([42], [], 3) == [0, 0, 42]
     assert context_tail([1, 2], [7], 4) == [0, 1, 2, 7]
     assert context_tail([1, 2, 3, 4, 5], [7], 3) == [4, 5, 7]

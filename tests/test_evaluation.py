@@ -138,7 +138,7 @@ def test_method_registry_shapes():
 # -- end to end ---------------------------------------------------------------------------------------
 @pytest.mark.model
 @pytest.mark.slow
-def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass():
+def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass(tmp_path, monkeypatch):
     """The evaluation's model-aware decode remembers the LM pass of a whole text and serves its prefixes from
     it (the LM is causal): the same level probabilities and the same results as a fresh pass per prefix."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -156,7 +156,8 @@ def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass():
     lm = LlamaForCausalLM(LlamaConfig(vocab_size=4000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=4,
                                       max_position_embeddings=256)).eval()
-    m = ModelAwareMethod(HeroMethod.from_profile("HeRo-tiny", profile, 0), lm)
+    base = HeroMethod.from_profile("HeRo-tiny", profile, 0)
+    m = ModelAwareMethod(base, lm, store=tmp_path)
     whole = np.random.default_rng(0).integers(0, 4000, 150).tolist()
     prefixes = [whole[:n] for n in (25, 60, 100)]
     m.level_probabilities([whole])
@@ -168,6 +169,11 @@ def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass():
     for a, b in zip(m.decode_ids(prefixes), m.decode_ids(prefixes, remember=False), strict=True):
         assert [lv.status for lv in a.levels] == [lv.status for lv in b.levels]
         assert a.log10_p_value == pytest.approx(b.log10_p_value, rel=1e-3, abs=1e-6)
+    # a second process reads the pass from the store: no LM call at all
+    again = ModelAwareMethod(base, lm, store=tmp_path)
+    monkeypatch.setattr(lm, "forward", lambda *a, **k: pytest.fail("the LM ran again"))
+    for got, want in zip(again.level_probabilities(prefixes), remembered, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_hero_eval_quick_end_to_end(hero_home):

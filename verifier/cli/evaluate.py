@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "N human texts)",
     )
     p.add_argument("--generate-only", action="store_true", help="attribution: only fill the generation cache")
+    p.add_argument("--measure-only", action="store_true",
+                   help="attribution: measure the cached texts only (caps must match what is cached); for a run "
+                   "beside a --generate-only one")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
     p.set_defaults(handler=cmd_eval)
 
@@ -66,6 +69,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         settings=tuple(args.settings) if args.settings else None,
         attr_methods=tuple(args.attr_methods) if args.attr_methods else None,
         generate_only=args.generate_only or None,
+        measure_only=args.measure_only or None,
         attr_caps=_caps(args.attr_cap),
     )
     for m in kw["methods"] or ():

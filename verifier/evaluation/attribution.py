@@ -18,8 +18,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from verifier.engine.profile import Profile, profile_from_dict, v3_profile
+from verifier.evaluation.generation import slug
 from verifier.evaluation.methods import (
     UNWATERMARKED,
     BaselineMethod,
@@ -104,11 +106,14 @@ def v2_profile() -> Profile | None:
     return p if getattr(p, "spec_version", 1) >= 2 else None
 
 
-def build_attr_method(name: str, seed: int, model=None) -> Method | ModelAwareMethod | None:
-    """The named method; a '... (model-aware)' name decodes its base method's texts with `model` (the LM)."""
+def build_attr_method(name: str, seed: int, model=None, store: Path | None = None) -> Method | ModelAwareMethod | None:
+    """The named method; a '... (model-aware)' name decodes its base method's texts with `model` (the LM),
+    keeping its LM passes under `store` when given."""
     if name.endswith(ModelAwareMethod.SUFFIX):
         base = build_attr_method(name[: -len(ModelAwareMethod.SUFFIX)], seed)
-        return ModelAwareMethod(base, model) if isinstance(base, HeroMethod) and model is not None else None
+        if not isinstance(base, HeroMethod) or model is None:
+            return None
+        return ModelAwareMethod(base, model, store=store / slug(base.name) if store is not None else None)
     if name == HERO_V3:
         return HeroMethod.from_profile(name, v3_profile(), seed)
     if name == HERO_V1:

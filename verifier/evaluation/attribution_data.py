@@ -36,6 +36,7 @@ class DataPlan:
 class AttributionData:
     def __init__(self, runner, plan: DataPlan) -> None:
         self.r, self.plan, self.seed = runner, plan, runner.cfg.seed
+        self.read_only = False  # measure-only: a text not in the cache is an error, not a generation
 
     def _scheme(self, m: Method, extra: str = "") -> str:
         if m.name == UNWATERMARKED and not extra:
@@ -45,6 +46,13 @@ class AttributionData:
     def main(self, m: Method, s: Sampling, indices: Sequence[int] | None = None) -> list[dict]:
         m = getattr(m, "base", m)  # a model-aware method decodes its base method's texts
         p = self.plan
+        if self.read_only:
+            want = list(range(p.prompts)) if indices is None else list(indices)
+            path = self.r.gen_cache.path(m, p.tokens, s, self._scheme(m))
+            have = self.r.gen_cache.load(path)
+            if missing := [i for i in want if i not in have]:
+                raise RuntimeError(f"--measure-only: {m.name} {s.name} texts {missing[:3]}... are not cached yet")
+            return [have[i] for i in want]
         return self.r.gen_cache.get(
             m,
             self.r.prompts[: p.prompts],

@@ -23,7 +23,7 @@ class AttributionSection:
         self.human_cache: dict = {}  # (method, tokens) -> results on the human texts (setting-independent)
         self.methods = {}
         for name in cfg.attr_methods:
-            m = build_attr_method(name, cfg.seed, model=runner.model)
+            m = build_attr_method(name, cfg.seed, model=runner.model, store=runner.cache / "lm-probs")
             if m is None:
                 runner.say(f"attribution: {name} unavailable (no such profile or no model here): skipped")
                 runner.results["skipped"].append(f"attribution:{name}")
@@ -84,7 +84,10 @@ class AttributionSection:
         return {n: m for n, m in self.generators().items() if n.startswith("HeRo") or n == UNWATERMARKED}
 
     def run(self) -> None:
-        self.generate_all()
+        if self.r.cfg.measure_only:  # another process generates: reading only, never appending to its files
+            self.data.read_only = True
+        else:
+            self.generate_all()
         if self.r.cfg.generate_only:
             return
         from verifier.evaluation import attribution_eval

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -146,15 +148,25 @@ class ModelAwareMethod:
 
     SUFFIX = " (model-aware)"
 
-    def __init__(self, base: HeroMethod, model, batch_size: int = 16) -> None:
+    def __init__(self, base: HeroMethod, model, batch_size: int = 16, store: Path | None = None) -> None:
         from verifier.engine.weighted_decode import WeightedDecoder, Weighting
 
         self.base, self.model, self.batch_size = base, model, batch_size
+        self.store = store  # LM passes kept on disk (.npz per text), so a rerun or a second process re-uses them
         self.name = base.name + self.SUFFIX
         self.profile, self.keyset, self.total_bits = base.profile, base.keyset, base.total_bits
         self._weighted = WeightedDecoder(base._decoder)
         self._weighting = Weighting()
         self._memo: dict[tuple[int, ...], list[tuple[list[int], object]]] = {}
+        if store is not None:
+            store.mkdir(parents=True, exist_ok=True)
+            for f in sorted(store.glob("*.npz")):
+                try:
+                    with np.load(f) as z:
+                        ids, probs = z["ids"].tolist(), z["probs"]
+                except (OSError, ValueError, KeyError):
+                    continue  # a torn file from a killed run: computed again
+                self._memo.setdefault(tuple(ids[:8]), []).append((ids, probs))
 
     def decode_ids(self, ids: list[list[int]], remember: bool = True):
         """`Decoder.decode_ids`, model-aware (the weights are the text's own; see engine/model_aware.py).
@@ -186,6 +198,11 @@ class ModelAwareMethod:
             out[i] = probs
             if remember:
                 self._memo.setdefault(tuple(ids[i][:8]), []).append((list(ids[i]), probs))
+                if self.store is not None:
+                    name = hashlib.sha256(np.asarray(ids[i], dtype=np.int64).tobytes()).hexdigest()[:24]
+                    tmp = self.store / f".{name}.tmp.npz"
+                    np.savez(tmp, ids=np.asarray(ids[i], dtype=np.int64), probs=probs)
+                    tmp.replace(self.store / f"{name}.npz")
         return out
 
 

@@ -76,6 +76,7 @@ class Config:
     attr_plan: dict | None = None  # DataPlan overrides (diversity / collusion sizes)
     attr_caps: dict | None = None  # method -> fewer main-cell texts than `prompts` (attribution section)
     generate_only: bool = False  # attribution: fill the generation cache, measure nothing
+    measure_only: bool = False  # attribution: measure what the cache holds, generate nothing (beside a generator)
 
     @classmethod
     def quick_config(cls, **kw) -> Config:

@@ -132,4 +132,13 @@ def start_softhsm(tmp: Path):
     pin_file.chmod(0o600)
     settings = {"kek_pkcs11_module": SOFTHSM_MODULE, "kek_pkcs11_token": "hero-test",
                 "kek_pkcs11_pin_file": pin_file, "kek_key_label": "hero-kek"}
-    return Kms("pkcs11", settings, env, secrets=[pin.encode()]), None
+    away = tmp / "token-unplugged"
+
+    def down() -> None:  # the token leaves the object store, as an HSM that drops off the network
+        (only,) = list(tokens.iterdir())
+        only.rename(away)
+
+    def up() -> None:
+        away.rename(tokens / "token")
+
+    return Kms("pkcs11", settings, env, down=down, up=up, secrets=[pin.encode()]), None

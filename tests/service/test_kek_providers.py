@@ -153,7 +153,6 @@ def test_wrong_associated_data_is_refused(kms, make_service, sqlite_url):
         kek.unwrap(kid, bytes(tampered), b"hero/keyrow/v1|profile=default|level=1|version=l1-v1")
 
 
-@pytest.mark.parametrize("kms", ["openbao", "aws-kms"], indirect=True)
 def test_kek_down_is_503_and_nothing_is_lost(kms, make_service, tmp_path):
     url = f"sqlite:///{tmp_path / 'd.db'}"
     svc = make_service(url, kek_provider=kms.name, **kms.settings)

@@ -61,7 +61,7 @@ class Pkcs11KekProvider:
             except OSError:
                 raise KekError("the PKCS#11 PIN file cannot be read (HERO_KEK_PKCS11_PIN_FILE)") from None
             try:
-                token = p11.lib(str(self.module)).get_token(token_label=self.token_label)
+                token = self._token()
                 try:
                     self._session = token.open(user_pin=pin, rw=True)
                 except p11.exceptions.UserAlreadyLoggedIn:  # the login is per process: another session holds it
@@ -75,6 +75,18 @@ class Pkcs11KekProvider:
                 del pin
             self._keys.clear()
         return self._session
+
+    def _token(self):
+        """The token; once it was lost, the module is re-initialised first (C_Finalize + C_Initialize): a
+        module learns of a token that came back (an HSM reconnected, SoftHSM's store restored) only then."""
+        lib = self._p11.lib(str(self.module))
+        try:
+            return lib.get_token(token_label=self.token_label)
+        except (self._p11.exceptions.NoSuchToken, self._p11.exceptions.TokenNotPresent,
+                self._p11.exceptions.DeviceRemoved, self._p11.exceptions.DeviceError,
+                self._p11.exceptions.GeneralError):  # SoftHSM: its object store went away
+            lib.reinitialize()
+            return lib.get_token(token_label=self.token_label)
 
     def _run(self, what: str, fn):
         """fn(session) with one reopen if the token dropped the session; PKCS#11 errors never leave raw."""

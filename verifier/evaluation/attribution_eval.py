@@ -78,6 +78,21 @@ def evaluate(sec) -> None:
         out["decode_cost"]["v1_engine"] = old["decode_cost"]
 
 
+def _ks_uniform(atts: Sequence[Attribution]) -> dict:
+    """Calibration on human text (no key ever touched it): the whole-text and the `user`-level p-values
+    against Uniform(0, 1), Kolmogorov-Smirnov; undecodable texts (too short) are left out."""
+    from scipy import stats as sps
+
+    out: dict = {}
+    for name, vals in (("text", [a.score for a in atts if a.status != "undecodable"]),
+                       ("user_level", [-a.extra["level_log10_p"] for a in atts if "level_log10_p" in a.extra])):
+        p = [10.0 ** -v for v in vals]
+        if p:
+            ks = sps.kstest(p, "uniform")
+            out[name] = {"n": len(p), "ks_statistic": float(ks.statistic), "ks_p": float(ks.pvalue)}
+    return out
+
+
 def _v1_engine_rows(folder: Path) -> dict:
     """Rows of the v1 profile decoded by the engine before spec v2, saved by
     benchmarks/eval_v1_engine_rows.py (that engine is gone from this tree); {} when absent."""
@@ -149,6 +164,10 @@ class MethodEval:
             released = hs
         res["fa_human"] = metrics.proportion(count_false(released, [set()] * len(released)), len(released))
         res["human_status"] = dict(Counter(a.status for a in released))
+        if not self.baseline:
+            res["human_p_uniform"] = _ks_uniform(hs)
+
+
 
     def _human(self, t: int) -> list[Attribution]:
         """The method's results on the human texts cut to t tokens, shared by the sampling settings."""

@@ -130,6 +130,7 @@ def section(results: dict) -> list[str]:
     )
     L.append("")
     L += _false_attribution(att)
+    L += _calibration(att)
     L += _versus_bimark(att)
     L += _public_model(att)
     return L
@@ -158,6 +159,30 @@ def _false_attribution(att: dict) -> list[str]:
             )
     L.append("")
     return L
+
+
+def _calibration(att: dict) -> list[str]:
+    """KS of the p-values on human text against Uniform(0, 1) (goal: uniform)."""
+    L = [
+        "P-value calibration on the human texts (200 tokens; Kolmogorov-Smirnov against Uniform(0, 1): a KS "
+        "p-value above 0.01 is read as uniform):\n",
+        "| method | whole-text p: n, D, KS p | `user`-level p: n, D, KS p |",
+        "|---|---|---|",
+    ]
+    seen = False
+    for m in (V3, V3_AWARE, V2):
+        c = next((_cell(att, s, m) for s in SETTINGS if _cell(att, s, m).get("human_p_uniform")), {})
+        u = c.get("human_p_uniform")
+        if not u:
+            continue
+        seen = True
+        cols = [
+            f"{x['n']}, {x['ks_statistic']:.4f}, {x['ks_p']:.3g}" if (x := u.get(k)) else "—"
+            for k in ("text", "user_level")
+        ]
+        L.append(f"| {m} | " + " | ".join(cols) + " |")
+    L.append("")
+    return L if seen else []
 
 
 def _k(d: dict | None) -> str:

@@ -11,8 +11,10 @@ Backends (same tokens for marked rows, the reference's draw):
   native  the C extension (gpu/_native/hero_kernels.c `sample_step`), CPU tensors; float64 throughout;
   triton  one kernel per step (gpu/triton_step.py), CUDA or the Triton interpreter (TRITON_INTERPRET=1);
   torch   element-wise torch (gpu/prf.py + gpu/sampler.route_and_sample), any device: the readable fallback.
-A new spec version adds one branch where the level seeds are derived (`level_seeds` below, `level_seed` in
-the C source, `_level_seed` in the Triton kernel); everything else is shared.
+A new spec version adds one branch where the level seeds are derived (`HeroSampler.level_seeds` for torch,
+`level_seed` in the C source, `_level_seed` in the Triton kernel); everything else is shared. Spec v3 (one
+SipHash seed per token and level XOR the value key) has its torch branch only: the default backend is torch
+for v3 profiles until the C and Triton steps gain theirs (KERNEL_SPEC_VERSIONS).
 
 The context log stores each continuation context's packed SipHash message words (h//2 + 1 int64), so the
 check is exact equality of the h-gram, not a hash. Its capacity grows on the host side (`ensure`), from
@@ -31,7 +33,8 @@ from gpu import prf
 from gpu.sampler import HeroSampler, route_and_sample
 
 BACKENDS = ("native", "triton", "torch")
-SPEC_VERSIONS = (1, 2)
+SPEC_VERSIONS = (1, 2, 3)
+KERNEL_SPEC_VERSIONS = (1, 2)  # what the native and Triton steps implement; v3 runs the torch step
 
 
 def message_words(h: int) -> int:
@@ -138,9 +141,12 @@ class FusedSampler:
         in place) and `log` (S rows; appended in place; call `log.ensure(max generated + 1)` first when rows
         can outgrow it). Slots let a serving engine keep state in place while its batch rows move.
         """
-        backend = backend or pick_backend(logits)
+        if backend is None:
+            backend = pick_backend(logits) if self.spec_version in KERNEL_SPEC_VERSIONS else "torch"
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}")
+        if backend != "torch" and self.spec_version not in KERNEL_SPEC_VERSIONS:
+            raise ValueError(f"the {backend} step implements spec versions {KERNEL_SPEC_VERSIONS}; use torch")
         b = logits.shape[0]
         n = generated.shape[0]
         if slots is None:
@@ -190,12 +196,6 @@ class FusedSampler:
         )
         return out, marks
 
-    def level_seeds(self, k0: Tensor, k1: Tensor, contexts: Tensor) -> tuple[Tensor, Tensor]:
-        """Seeds of one level for each row's key words and context (the spec-version branch)."""
-        if self.spec_version in (1, 2):
-            return prf.prf_seed(k0, k1, contexts)
-        raise ValueError(f"spec version {self.spec_version}")
-
     def _torch(self, logits, contexts, payload, generated, log, generator, slots) -> tuple[Tensor, Tensor]:
         s = self.base
         ctx = contexts.to(torch.int64)
@@ -215,7 +215,7 @@ class FusedSampler:
         k = s.positions(ctx)
         pay = payload.to(torch.int64)[slots]
         values = pay.gather(1, k.view(-1, 1, 1).expand(-1, 1, s.levels)).squeeze(1)
-        seeds = [self.level_seeds(s.k0[lv][values[:, lv]], s.k1[lv][values[:, lv]], ctx) for lv in range(s.levels)]
+        seeds = [s.level_seeds(lv, values[:, lv], ctx) for lv in range(s.levels)]  # the spec-version branch
         marked = route_and_sample(logits, seeds, s.schedule, s.stride)
         probs = torch.softmax(logits.to(torch.float32), dim=-1)
         race = torch.empty_like(probs).exponential_(generator=generator)

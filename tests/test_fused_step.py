@@ -240,3 +240,37 @@ def test_triton_step_in_interpreter():
 @pytest.mark.parametrize("backend", ["triton", "torch"])
 def test_step_on_cuda_matches_reference(backend):
     check_backend(backend, device="cuda")
+
+
+def _v3_cases():
+    """Spec v3's frozen sample vectors: (FusedSampler over the engine's v3 sampler, logits, context, payload, token)."""
+    from verifier.engine.generation import make_sampler
+
+    out = []
+    for v in json.loads((VECTORS / "hero_v3.json").read_text())["sample"]:
+        segs = v["segments"]
+        profile = profile_from_dict({
+            "name": "vec", "spec_version": 3, "vocab_size": v["vocab_size"], "segments": segs,
+            "levels": [{"bits": b, "encoding": "value", **({"chunks": v["schedule"][i]} if i < len(v["schedule"])
+                                                           else {}), "fields": [{"name": f"f{i}", "bits": b * segs}]}
+                       for i, b in enumerate(v["bits"])],
+        })
+        masters = [bytes.fromhex(m) for m in v["masters"]]
+        ks = KeySet(tuple(derive_level_table(m, profile, lv, "t") for lv, m in enumerate(masters, start=1)))
+        fs = FusedSampler(make_sampler(profile, ks), len(v["context"]), 3)
+        pay = torch.tensor([encode_payload(profile, {f"f{i}": x for i, x in enumerate(v["values"])})])
+        out.append((fs, [v["logits"]], [v["context"]], pay, v["token"]))
+    return out
+
+
+def test_v3_step_matches_the_frozen_vectors_on_the_torch_step():
+    """Spec v3 in the fused step (what the vLLM plugin calls): the default backend is torch and gives the
+    frozen v3 token; the C and Triton steps refuse v3 rather than draw with another construction."""
+    cases = _v3_cases()
+    assert cases
+    for fs, logits, ctx, pay, want in cases:
+        for dtype in (torch.float64, torch.float32):
+            tokens, marks = _one_step(fs, torch.tensor(logits, dtype=dtype), torch.tensor(ctx), pay, None)
+            assert bool(marks.all()) and tokens.tolist() == [want]
+        with pytest.raises(ValueError, match="spec versions"):
+            _one_step(fs, torch.tensor(logits), torch.tensor(ctx), pay, "native")

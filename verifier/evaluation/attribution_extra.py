@@ -111,30 +111,31 @@ def _framing(sec, m: HeroMethod, recs, accounts, members) -> dict:
     }
 
 
-def decode_cost(sec, texts: int = 100, rounds: int = 3) -> dict:
-    """CPU decode time per token: moderator (level-1 tables only) and auditor (all levels), HeRo v1 vs v2,
-    rounds interleaved; token ids in (tokenisation excluded). Baselines for reference."""
+def decode_cost(sec, texts: int = 100, rounds: int = 3, aware_texts: int = 20) -> dict:
+    """CPU decode time per token: moderator (level-1 tables only) and auditor (all levels), per HeRo profile,
+    model-aware auditors (LM re-run + weighted decode, on the first `aware_texts` texts: about a CPU-second
+    per text), baselines for reference; rounds interleaved; token ids in (tokenisation excluded)."""
     ids = sec.r.human_ids(sec.plan.tokens)[:texts]
-    n_tok = sum(len(x) for x in ids)
     runs: dict[str, list[float]] = {}
     jobs = {}
     for name, m in sec.methods.items():
         if isinstance(m, HeroMethod):
             t1 = {1: [m.keyset.tables[0]]}
-            jobs[f"{name} moderator (level 1)"] = Decoder(m.profile, t1).decode_ids
-            jobs[f"{name} auditor (all levels)"] = m._decoder.decode_ids
-        elif isinstance(m, ModelAwareMethod):  # the LM re-run (CPU, torch threads below) + the weighted decode
-            jobs[f"{name} auditor (all levels)"] = lambda ids, m=m: m.decode_ids(ids, remember=False)
+            jobs[f"{name} moderator (level 1)"] = (Decoder(m.profile, t1).decode_ids, ids)
+            jobs[f"{name} auditor (all levels)"] = (m._decoder.decode_ids, ids)
+        elif isinstance(m, ModelAwareMethod):
+            jobs[f"{name} auditor (all levels)"] = (lambda x, m=m: m.decode_ids(x, remember=False), ids[:aware_texts])
         elif isinstance(m, BaselineMethod):
-            jobs[f"{name} (whole payload)"] = m.decode
+            jobs[f"{name} (whole payload)"] = (m.decode, ids)
     for _ in range(rounds):
-        for label, fn in jobs.items():
+        for label, (fn, batch) in jobs.items():
             t = time.perf_counter()
-            fn(ids)
-            runs.setdefault(label, []).append(1e6 * (time.perf_counter() - t) / n_tok)
+            fn(batch)
+            runs.setdefault(label, []).append(1e6 * (time.perf_counter() - t) / sum(len(x) for x in batch))
     return {
-        "tokens": n_tok,
+        "tokens": sum(len(x) for x in ids),
         "texts": len(ids),
+        "texts_model_aware": min(aware_texts, len(ids)),
         "rounds": rounds,
         "us_per_token": {k: sorted(v)[len(v) // 2] for k, v in runs.items()},
         "all": runs,

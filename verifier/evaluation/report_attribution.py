@@ -344,12 +344,13 @@ def _decode_cost(att: dict) -> list[str]:
         f"{dc['rounds']} interleaved rounds (median shown), {dc['torch_threads']} torch thread(s), shared 2-core "
         "machine (indicative: ±30% between identical runs has been seen). "
         "GPU: measured by `scripts/gpu-check` on a lent card (docs/performance.md, section CUDA: v1 and v2, "
-        "moderator and auditor).\n",
-        "| decoder | µs/token (median) | all rounds |",
-        "|---|---|---|",
+        "moderator and auditor). Model-aware rows: the first "
+        f"{dc.get('texts_model_aware', dc['texts'])} texts, LM re-run included (no pass re-used).\n",
+        "| decoder | µs/token (median) | 200-token texts/s per process | all rounds |",
+        "|---|---|---|---|",
     ]
     for k, v in dc["us_per_token"].items():
-        L.append(f"| {k} | {v:.1f} | " + ", ".join(f"{x:.1f}" for x in dc["all"][k]) + " |")
+        L.append(f"| {k} | {v:.1f} | {1e6 / (200 * v):.1f} | " + ", ".join(f"{x:.1f}" for x in dc["all"][k]) + " |")
     old = dc.get("v1_engine")
     if old:
         for k, v in old["us_per_token"].items():

@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "N human texts)",
     )
     p.add_argument("--generate-only", action="store_true", help="attribution: only fill the generation cache")
+    p.add_argument("--attr-plan", nargs="+", default=None, metavar="FIELD=N",
+                   help="attribution: sizes of the small experiments (DataPlan fields, e.g. col_users=0 skips the "
+                   "collusion texts and measurement)")
     p.add_argument("--measure-only", action="store_true",
                    help="attribution: measure the cached texts only (caps must match what is cached); for a run "
                    "beside a --generate-only one")
@@ -70,6 +73,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         attr_methods=tuple(args.attr_methods) if args.attr_methods else None,
         generate_only=args.generate_only or None,
         measure_only=args.measure_only or None,
+        attr_plan=_plan(args.attr_plan),
         attr_caps=_caps(args.attr_cap),
     )
     for m in kw["methods"] or ():
@@ -102,6 +106,18 @@ def cmd_eval(args: argparse.Namespace) -> None:
         write_report(results, Path(cfg.out))
         print(f"hero: report written to {Path(cfg.out) / 'README.md'} (results.json beside it)", file=sys.stderr)
     print(json.dumps(quick_summary(results), indent=1))
+
+
+def _plan(items: list[str] | None) -> dict | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise ValueError(f"--attr-plan expects FIELD=N, got {item!r}")
+        out[key] = int(value)
+    return out
 
 
 def _caps(items: list[str] | None) -> dict[str, int] | None:

@@ -68,6 +68,8 @@ def evaluate(sec) -> None:
         if s.name in old:
             cell[V1_OLD_ENGINE] = old[s.name]
     for part in ("diversity", "collusion", "decode_cost"):
+        if part == "collusion" and not sec.plan.col_users:
+            continue
         if r.over_budget():
             r.results["skipped"].append(f"attribution:{part}")
             continue

@@ -65,7 +65,7 @@ class AttributionSection:
                     self.data.repeats(m, s, p)
                 for p in range(self.plan.user_prompts):
                     self.data.users(m, s, p)
-        for name, m in self.diversity_methods().items():
+        for name, m in self.diversity_methods().items() if self.plan.col_users else ():
             self.r.say(f"attribution data: collusion {name}")
             self.data.collusion(m, COLLUSION_SETTING)
 

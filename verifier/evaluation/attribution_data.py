@@ -31,6 +31,7 @@ class DataPlan:
     col_users: int = 16
     col_prompts: int = 6
     col_tokens: int = 64
+    cost_texts: int = 100  # decode-cost texts (0: not measured, e.g. in the second of two per-setting runs)
 
 
 class AttributionData:

@@ -68,13 +68,14 @@ def evaluate(sec) -> None:
         if s.name in old:
             cell[V1_OLD_ENGINE] = old[s.name]
     for part in ("diversity", "collusion", "decode_cost"):
-        if part == "collusion" and not sec.plan.col_users:
+        if (part == "collusion" and not sec.plan.col_users) or (part == "decode_cost" and not sec.plan.cost_texts):
             continue
         if r.over_budget():
             r.results["skipped"].append(f"attribution:{part}")
             continue
         r.say(f"attribution: {part}")
-        out[part] = getattr(attribution_extra, part)(sec)
+        out[part] = (attribution_extra.decode_cost(sec, texts=sec.plan.cost_texts) if part == "decode_cost"
+                     else getattr(attribution_extra, part)(sec))
         r.save()
     if "decode_cost" in old and "decode_cost" in out:
         out["decode_cost"]["v1_engine"] = old["decode_cost"]

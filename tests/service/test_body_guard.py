@@ -93,6 +93,12 @@ print(json.dumps(out))
 """
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: the work it did, whatever the machine's load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _healthz(c: httpx.Client, base: str) -> float:
     t0 = time.perf_counter()
     assert c.get(base + "/healthz").status_code == 200
@@ -107,7 +113,7 @@ def _run(base: str, port: int, proc, headers: str, script: str = ATTACK, size: i
         for _ in range(10):  # the machine's own noise, for the record
             idle.append(_healthz(c, base))
             time.sleep(0.02)
-        rss0 = _rss_mb(proc.pid)
+        rss0, cpu0 = _rss_mb(proc.pid), _cpu_s(proc.pid)
         attacker = subprocess.Popen([sys.executable, "-c", script, str(port), headers, str(size)],
                                     stdout=subprocess.PIPE, text=True)
         worst, peak = 0.0, rss0
@@ -119,8 +125,10 @@ def _run(base: str, port: int, proc, headers: str, script: str = ATTACK, size: i
             peak = max(peak, _rss_mb(proc.pid))
             worst = max(worst, _healthz(c, base))
             time.sleep(0.1)
+        cpu = _cpu_s(proc.pid) - cpu0
     result = json.loads(attacker.stdout.read())
-    return {**result, "rss_growth_mb": peak - rss0, "worst_healthz_s": worst, "idle_worst_s": max(idle)}
+    return {**result, "rss_growth_mb": peak - rss0, "worst_healthz_s": worst, "idle_worst_s": max(idle),
+            "server_cpu_s": cpu}
 
 
 def test_unauthenticated_63mb_body_is_never_read(server):
@@ -167,8 +175,10 @@ print(json.dumps({"status": int(data.split(b" ", 2)[1]), "latency_s": time.perf_
 def test_moderator_2mb_of_non_string_items_is_refused_at_the_first(server):
     """Issue 29 HIGH-1: `{"texts":[1,1,...]}` (2 MB, a million ints) from a moderator. On 620acb1: 422 after 8.6 s,
     /healthz frozen 7.6 s, +1 GB RSS (a million ints validated on the loop, one error object each). Now the
-    off-loop parser stops at item 0. The bounds leave CI headroom (2 loaded cores); the figures measured on an
-    idle machine are in the closing note (422 in ~0.05 s, /healthz <= ~10 ms)."""
+    off-loop parser stops at item 0. Speed-independent bounds (issue 31: the suite passes on a loaded machine):
+    the server's own CPU time for the whole attack (its /healthz answers included), and /healthz scaled by
+    this machine's idle noise measured in the same run; on 620acb1 both were seconds. Idle-machine figures:
+    422 in ~0.05 s, /healthz <= ~10 ms."""
     from verifier.auth.devkeys import mint_token
     from verifier.settings import Settings
 
@@ -178,5 +188,5 @@ def test_moderator_2mb_of_non_string_items_is_refused_at_the_first(server):
     print(out)
     assert out["status"] == 422 and "texts.0" in out["detail"] and "texts.1" not in out["detail"], out
     assert out["rss_growth_mb"] < 50, out
-    assert out["latency_s"] < 1.0, out
-    assert out["worst_healthz_s"] < 0.5, out
+    assert out["server_cpu_s"] < 1.5, out  # a million ints validated one by one cost ~8 s of CPU on 620acb1
+    assert out["worst_healthz_s"] < 0.5 + 5 * out["idle_worst_s"], out

@@ -166,7 +166,14 @@ s.settimeout(30)
 t0 = time.perf_counter()
 s.sendall(("POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers
            + "Content-Length: %d\r\n\r\n" % len(body)).encode() + body)
-data = s.recv(4096)
+data = b""
+while True:  # the whole response: head and body may arrive in separate segments on a loaded machine
+    chunk = s.recv(4096)
+    data += chunk
+    head, sep, body = data.partition(b"\r\n\r\n")
+    length = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")]
+    if not chunk or (sep and length and len(body) >= length[0]):
+        break
 print(json.dumps({"status": int(data.split(b" ", 2)[1]), "latency_s": time.perf_counter() - t0,
                   "detail": data.split(b"\r\n\r\n", 1)[-1].decode()}))
 """

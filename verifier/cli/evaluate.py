@@ -73,8 +73,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
         attr_methods=tuple(args.attr_methods) if args.attr_methods else None,
         generate_only=args.generate_only or None,
         measure_only=args.measure_only or None,
-        attr_plan=_plan(args.attr_plan),
-        attr_caps=_caps(args.attr_cap),
+        attr_plan=_counts(args.attr_plan, "--attr-plan", "FIELD"),
+        attr_caps=_counts(args.attr_cap, "--attr-cap", "METHOD"),
     )
     for m in kw["methods"] or ():
         if m not in ALL_METHODS:
@@ -108,28 +108,17 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(json.dumps(quick_summary(results), indent=1))
 
 
-def _plan(items: list[str] | None) -> dict | None:
+def _counts(items: list[str] | None, flag: str, what: str) -> dict[str, int] | None:
+    """`NAME=N` arguments -> {NAME: N} (the name may hold '=' or '@': split at the last '=')."""
     if not items:
         return None
     out = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not value.isdigit():
-            raise ValueError(f"--attr-plan expects FIELD=N, got {item!r}")
-        out[key] = int(value)
-    return out
-
-
-def _caps(items: list[str] | None) -> dict[str, int] | None:
-    if not items:
-        return None
-    caps = {}
-    for item in items:
         name, sep, n = item.rpartition("=")
         if not sep or not n.isdigit():
-            raise ValueError(f"--attr-cap expects METHOD=N, got {item!r}")
-        caps[name] = int(n)
-    return caps
+            raise ValueError(f"{flag} expects {what}=N, got {item!r}")
+        out[name] = int(n)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

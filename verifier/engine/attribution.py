@@ -32,6 +32,7 @@ import torch
 from scipy import special
 from torch import Tensor
 
+from gpu.regions import RegionTops, bounds, region_tops
 from verifier.engine import stats
 
 # Confidence model: a value no source carried scores Gamma(n, 1) (exact, the null); the true value's score
@@ -92,7 +93,6 @@ class Attribution:
 class _Regions:
     """Statistics of N regions at once (arrays [N, cells]; one row per region)."""
 
-    scores: np.ndarray  # [N, cells, C]
     n: np.ndarray  # scored tokens per cell
     winners: np.ndarray
     runners: np.ndarray  # the runner-up value per cell (the winner's when C = 1)
@@ -101,19 +101,23 @@ class _Regions:
     level_log_p: np.ndarray  # [N]: Fisher over the cells with tokens
 
 
-def _regions(s: np.ndarray, nn: np.ndarray) -> _Regions:
-    """`s` [N, cells, C] summed scores, `nn` [N, cells] scored tokens: every region's tails in one pass."""
-    c = s.shape[-1]
-    top = torch.from_numpy(s).topk(min(2, c), dim=-1)  # no arithmetic: a row's result is its own
-    vals = top.values.numpy()
-    idx = top.indices.numpy()
+def _regions(vals: np.ndarray, idx: np.ndarray, nn: np.ndarray, c: int) -> _Regions:
+    """The tails of N regions from their best two values `vals`/`idx` [N, cells, k] (gpu/regions.py), scored
+    tokens `nn` [N, cells] and C values per cell."""
     live = nn > 0
     lp1 = np.where(live, stats.log_max_pvalue_array(stats.log_gamma_sf_array(nn, vals[..., 0]), c), 0.0)
     if c > 1:
         lp2 = np.where(live, stats.log_max_pvalue_array(stats.log_gamma_sf_array(nn, vals[..., 1]), c - 1), 0.0)
     else:
         lp2 = np.zeros(nn.shape)
-    return _Regions(s, nn, idx[..., 0], idx[..., -1], lp1, lp2, stats.log_fisher_array(lp1, live))
+    return _Regions(nn, idx[..., 0], idx[..., -1], lp1, lp2, stats.log_fisher_array(lp1, live))
+
+
+def _row_regions(tops: RegionTops, rows: np.ndarray, region: slice) -> _Regions:
+    """`_regions` of the given texts' regions (a slice of gpu/regions.bounds' rows), flattened text-major."""
+    v, i, n = tops.values[rows, region], tops.index[rows, region], tops.tokens[rows, region]
+    c = int(tops.scores.shape[-1])
+    return _regions(v.reshape(-1, *v.shape[2:]), i.reshape(-1, *i.shape[2:]), n.reshape(-1, n.shape[-1]), c)
 
 
 @dataclass(frozen=True)
@@ -122,22 +126,23 @@ class _Region:
 
     lo: int  # windows [lo, hi)
     hi: int
-    scores: np.ndarray  # [cells, C]
+    scores: np.ndarray | None  # [cells, C] where the caller has them (weighted decoding), else fetched on demand
     n: list[int]
     winners: list[int]
     log_p1: list[float]
     log_p2: list[float]
     level_lp: float
     runner: int  # runner-up of cell 0 (per-value levels have one cell)
+    row: int = 0  # its row in gpu/regions.bounds (0: the whole text)
 
     @property
     def tokens(self) -> int:
         return sum(self.n)
 
     @classmethod
-    def row(cls, r: _Regions, i: int, lo: int, hi: int) -> _Region:
-        return cls(lo, hi, r.scores[i], r.n[i].tolist(), r.winners[i].tolist(), r.log_p1[i].tolist(),
-                   r.log_p2[i].tolist(), float(r.level_log_p[i]), int(r.runners[i, 0]))
+    def of(cls, r: _Regions, i: int, lo: int, hi: int, row: int) -> _Region:
+        return cls(lo, hi, None, r.n[i].tolist(), r.winners[i].tolist(), r.log_p1[i].tolist(),
+                   r.log_p2[i].tolist(), float(r.level_log_p[i]), int(r.runners[i, 0]), row)
 
 
 def _join(winners: list[int], bits: int) -> int:
@@ -215,10 +220,63 @@ def _bit_confidence(marg: np.ndarray, n: np.ndarray, winners: np.ndarray, bits: 
     win_bits = (winners[..., None] >> shifts) & 1  # [D, cells, bits]
     agree = cand_bits.T[None, None] == win_bits[..., None]  # [D, cells, bits, C]
     # summed along the last (contiguous) axis, row by row: a text's figures do not depend on its batch
-    mass = np.ascontiguousarray(marg[:, :, None, :] * agree).sum(axis=3).tolist()  # [D, cells, bits]
-    live = (n > 0).tolist()
-    return [[x for k, ok in enumerate(row) for x in (mass[i][k] if ok else [None] * bits)]
-            for i, row in enumerate(live)]
+    return _bit_lists(np.ascontiguousarray(marg[:, :, None, :] * agree).sum(axis=3), n, bits)
+
+
+def _bit_lists(mass: np.ndarray, n: np.ndarray, bits: int) -> list[list[float | None]]:
+    """mass [D, cells, bits] as per-text lists, None for the bits of a cell without tokens."""
+    m, live = mass.tolist(), (n > 0).tolist()
+    return [[x for k, ok in enumerate(row) for x in (m[i][k] if ok else [None] * bits)] for i, row in enumerate(live)]
+
+
+# Entries of one [G, texts, cells, C] array in the device posterior (8 bytes each: 512 MB).
+DEVICE_POSTERIOR_ENTRIES = 1 << 26
+
+
+def posterior_on_device(scores: Tensor, n: np.ndarray, winners: np.ndarray,
+                        bits: int) -> tuple[np.ndarray, list[list[float | None]]]:
+    """`posterior_batch` and `_bit_confidence` on the scores' device (CUDA): scores [D, cells, C] float64 stay
+    there, only the confidences [D] and bit masses [D, cells, bits] cross. Same formulas in float64; the
+    figures agree with the host's to about 1e-12 (tests/test_device_reduction.py), the released values and
+    statuses do not depend on them. The host's are bit-stable per text; these may move in the last bits with
+    the batch's shape (the device's reductions are shape-dependent)."""
+    dev = scores.device
+    d, cells, c = scores.shape
+    grid = MEAN_GRID.to(dev).view(-1, 1, 1, 1)
+    step = max(1, DEVICE_POSTERIOR_ENTRIES // (grid.numel() * cells * c))
+    live_all = torch.from_numpy(n > 0).to(dev)
+    n_all = torch.from_numpy(np.where(n > 0, n, 1)).to(dev, torch.float64)
+    win_all = torch.from_numpy(np.asarray(winners, dtype=np.int64)).to(dev)
+    shifts = torch.arange(bits - 1, -1, -1, device=dev)
+    cand_bits = ((torch.arange(c, device=dev)[:, None] >> shifts) & 1).T  # [bits, C]
+    confs, masses = [], []
+    for lo in range(0, d, step):
+        s, live, win = scores[lo : lo + step][None], live_all[lo : lo + step], win_all[lo : lo + step]
+        nk = n_all[lo : lo + step][None, ..., None]
+        var = TRUE_VARIANCE * nk
+        log_normal = -0.5 * (s - nk * grid) ** 2 / var - 0.5 * torch.log(2 * math.pi * var)
+        logits = log_normal - ((nk - 1) * torch.log(s.clamp_min(1e-300)) - s - torch.lgamma(nk))  # [G, D, cells, C]
+        log_z = torch.logsumexp(logits, dim=3)
+        w = torch.softmax(((log_z - math.log(c)) * live).sum(2), dim=0)  # [G, D]: posterior over the mean
+        log_post = logits - log_z[..., None]
+        picked = log_post.gather(3, win[None, :, :, None].expand(grid.shape[0], -1, -1, 1))[..., 0]
+        conf = (w * torch.exp((picked * live).sum(2))).sum(0).clamp_max(1.0)
+        confs.append(torch.where(live.any(1), conf, torch.zeros_like(conf)))
+        marg = torch.where(live[..., None], (w[:, :, None, None] * torch.exp(log_post)).sum(0), 1.0 / c)
+        agree = cand_bits[None, None] == ((win[..., None] >> shifts) & 1)[..., None]  # [D, cells, bits, C]
+        masses.append((marg[:, :, None, :] * agree).sum(3))
+    return torch.cat(confs).cpu().numpy(), _bit_lists(torch.cat(masses).cpu().numpy(), n, bits)
+
+
+def confidences(tops: RegionTops, rows: list[tuple[int, int]], n: np.ndarray, winners: np.ndarray,
+                bits: int) -> tuple[list[float], list[list[float | None]]]:
+    """Confidence and bit confidences of the values released from region `r` of text `b`, (b, r) in rows:
+    on the host from the fetched rows (CPU: bit-stable per text), on the device where the scores live."""
+    if tops.scores.device.type == "cpu":
+        conf, marg = posterior_batch(tops.region_scores(rows), n, winners)
+        return conf.tolist(), _bit_confidence(marg, n, winners, bits)
+    conf, bit_conf = posterior_on_device(tops.region_sums(rows), n, winners, bits)
+    return conf.tolist(), bit_conf
 
 
 def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
@@ -227,43 +285,32 @@ def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
                         cell_bits)[0]
 
 
-def whole_text_log_p(scores: Tensor, counts: Tensor, per_value: bool) -> np.ndarray:
+def whole_text_log_p(tops: RegionTops) -> np.ndarray:
     """Per text [B], the level's whole-text log p-value at one key version (no correction for versions):
     Fisher over the cells with tokens of each cell's max-of-C tail. Picks the version that made a text."""
-    s, c = scores.numpy(), counts.numpy()
-    return _regions(_window_sum(s), _cell_tokens(c, per_value)).level_log_p
+    return _row_regions(tops, np.arange(tops.values.shape[0]), slice(0, 1)).level_log_p
 
 
-def _window_sum(x: np.ndarray) -> np.ndarray:
-    """Sum over the window axis (1), window 0 first: a fixed order, so a text's sums never depend on its batch."""
-    return _sum0(np.moveaxis(x, 1, 0))
-
-
-def _cell_tokens(counts: np.ndarray, per_value: bool) -> np.ndarray:
-    """Scored tokens per cell [B, cells] from counts [B, W, K]: per segment, or all of them (per-value)."""
-    return _per_cell(_window_sum(counts), per_value)
-
-
-def _per_cell(counts: np.ndarray, per_value: bool) -> np.ndarray:
-    """Counts per segment [..., K] as tokens per cell: the segments, or their sum (a per-value level's one cell)."""
-    return counts.sum(axis=-1, keepdims=True) if per_value else counts
-
-
-# Texts whose prefix/suffix regions are examined together: bounds the [texts, 2(W-1), cells, C] arrays
-# (a 4096-value level: ~0.5 MB per text).
+# Texts whose prefix/suffix regions' tails are computed together (bounds the host's per-call arrays).
 REGION_CHUNK = 32
 
 
 def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int, alpha: float,
                  cell_bits: int) -> list[Attribution]:
-    """`decide` for B texts at once: scores [B, W, cells, C] float64, counts [B, W, K] int64 (CPU).
+    """`decide` for B texts at once: scores [B, W, cells, C] float64, counts [B, W, K] int64, on any device
+    (reduced there by gpu/regions.py; only the best two values per region cross to the host)."""
+    return decide_tops(region_tops(scores, counts, per_value), per_value, versions, alpha, cell_bits)
+
+
+def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, cell_bits: int) -> list[Attribution]:
+    """`decide_batch` from the regions' best two values (gpu/regions.region_tops).
 
     The tails of every text's whole-text region, and of the prefix/suffix regions of the texts that pass
     the level test, are computed as arrays; only the small per-text decision is Python. Each text's
     result is the one it gets alone."""
-    scores, counts = scores.numpy(), counts.numpy()
-    b, windows = scores.shape[0], scores.shape[1]
-    full = _regions(_window_sum(scores), _cell_tokens(counts, per_value))
+    b, windows = tops.values.shape[0], tops.windows
+    regions_at = bounds(windows)
+    full = _row_regions(tops, np.arange(b), slice(0, 1))
     log_v = math.log(max(versions, 1))
     log_alpha = math.log(alpha)
     level_lp = np.minimum(0.0, full.level_log_p + log_v)
@@ -281,25 +328,26 @@ def decide_batch(scores: Tensor, counts: Tensor, per_value: bool, versions: int,
             hits.append(i)
         out.append(att)  # type: ignore[arg-type]
     decoded: list[tuple[int, _Region]] = []
+    m = len(regions_at) - 1
     for lo in range(0, len(hits), REGION_CHUNK):
         idx = hits[lo : lo + REGION_CHUNK]
-        regions = _scan(scores[idx], counts[idx], per_value) if windows > 1 else None
+        scanned = _row_regions(tops, np.array(idx), slice(1, None)) if m else None
         for j, i in enumerate(idx):
-            rows = regions(j) if regions is not None else []
+            rows = [_Region.of(scanned, j * m + k, *regions_at[k + 1], k + 1) for k in range(m)] if scanned else []
             lp = opened_level(float(level_lp[i]), rows, windows, log_v, log_alpha)
             if lp is None:
                 lp = float(level_lp[i])
                 out[i] = Attribution("absent", lp, reason=f"no evidence for this level (p = {stats.to_p(lp):.3g})")
                 continue
-            out[i], source = _decide(_Region.row(full, i, 0, windows), rows, windows, per_value, log_v, lp,
+            out[i], source = _decide(_Region.of(full, i, 0, windows, 0), rows, windows, per_value, log_v, lp,
                                      log_alpha, cell_bits)
             if source is not None:
                 decoded.append((i, source))
-    if decoded:  # confidence of every released value, one batched posterior
+    if decoded:  # confidence of every released value, one batched posterior over the rows fetched from the device
         src = [r for _, r in decoded]
         n, winners = np.array([r.n for r in src]), np.array([r.winners for r in src])
-        conf, marg = posterior_batch(np.stack([r.scores for r in src]), n, winners)
-        for (i, _), cf, bc in zip(decoded, conf.tolist(), _bit_confidence(marg, n, winners, cell_bits), strict=True):
+        conf, bit_conf = confidences(tops, [(i, r.row) for i, r in decoded], n, winners, cell_bits)
+        for (i, _), cf, bc in zip(decoded, conf, bit_conf, strict=True):
             out[i].confidence, out[i].bit_confidence = cf, bc
     for i, att in enumerate(out):
         if (full.n[i] > 0).all():
@@ -319,30 +367,6 @@ def opened_level(level_lp: float, regions: list[_Region], windows: int, log_v: f
     scan = log_v + math.log(2 * (windows - 1) + 1)
     best = min((r.level_lp + scan for r in regions if r.tokens), default=0.0)
     return min(0.0, best) if best <= log_alpha else None
-
-
-def _scan(scores: np.ndarray, counts: np.ndarray, per_value: bool):
-    """The prefix [0, j) and suffix [j, W) regions (j = 1..W-1) of each text: text index -> its rows.
-    Prefixes add windows from the first, suffixes from the last (fixed orders, as `_window_sum`)."""
-    b, windows = scores.shape[0], scores.shape[1]
-    pre_s, pre_c = [scores[:, 0].copy()], [counts[:, 0].copy()]
-    for w in range(1, windows - 1):
-        pre_s.append(pre_s[-1] + scores[:, w])
-        pre_c.append(pre_c[-1] + counts[:, w])
-    suf_s, suf_c = [scores[:, -1].copy()], [counts[:, -1].copy()]
-    for w in range(windows - 2, 0, -1):
-        suf_s.append(suf_s[-1] + scores[:, w])
-        suf_c.append(suf_c[-1] + counts[:, w])
-    s = np.stack(pre_s + suf_s[::-1], axis=1)  # [b, R, cells, C], R = 2(W-1): [0,1)..[0,W-1), [1,W)..[W-1,W)
-    c = np.stack(pre_c + suf_c[::-1], axis=1)  # [b, R, K]
-    r = s.shape[1]
-    stats_ = _regions(s.reshape(b * r, *s.shape[2:]), _per_cell(c, per_value).reshape(b * r, -1))
-    bounds = [(0, j) for j in range(1, windows)] + [(j, windows) for j in range(1, windows)]
-
-    def rows(t: int) -> list[_Region]:
-        return [_Region.row(stats_, t * r + k, lo, hi) for k, (lo, hi) in enumerate(bounds)]
-
-    return rows
 
 
 def _decide(full: _Region, regions: list[_Region], windows: int, per_value: bool, log_v: float, level_lp: float,

@@ -18,9 +18,10 @@ import torch
 
 from gpu import prf
 from gpu.evidence import segment_scores
+from gpu.regions import region_tops
 from gpu.scoring import LevelKeys, ScoringSpec
 from verifier.engine import reference, stats
-from verifier.engine.attribution import Attribution, decide_batch, whole_text_log_p
+from verifier.engine.attribution import Attribution, decide_tops, whole_text_log_p
 from verifier.engine.keys import KeyTable
 from verifier.engine.payload import value_fields
 from verifier.engine.profile import Profile
@@ -178,14 +179,14 @@ class Decoder:
 
     # -- decoding ---------------------------------------------------------------------------
     def _scores(self, ids, lengths, pos_version: str, level_tables: list[tuple[int, KeyTable]]):
-        """Window scores [B, W, cells, C] (CPU) per table and counts [B, W, K] under one position key."""
+        """Window scores [B, W, cells, C] per table and counts [B, W, K] under one position key, left on the
+        decoder's device (gpu/regions.py reduces them there)."""
         pk = prf.key_words([self._position_key(pos_version)], self.device)
         prof = self.profile
         lk = [self._level_keys(lv, t.version) for lv, t in level_tables]
         spec = ScoringSpec(prof.context_width, prof.vocab_size, prof.schedule, prof.segments, prof.routing_stride,
                            prof.windows)
-        scores, counts = segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), lk)
-        return [s.cpu() for s in scores], counts.cpu()
+        return segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), lk)
 
     def _level_keys(self, lv: int, version: str) -> LevelKeys:
         return LevelKeys(lv, *self._words[(lv, version)], per_value=self.profile.levels[lv - 1].per_value,
@@ -205,18 +206,17 @@ class Decoder:
         `lv`; each text is decided at its own best version (the first on ties), texts sharing one in a batch."""
         per_value = self.profile.levels[lv - 1].per_value
         bits = self.profile.levels[lv - 1].key_bits
+        tops = [region_tops(sc, cnt, per_value) for _, sc, cnt in per_version]
         if len(per_version) == 1:  # one version (no rotation): every text is decided with it, no selection
-            t, sc, cnt = per_version[0]
-            return [(t, att) for att in decide_batch(sc, cnt, per_value, 1, self.alpha, bits)]
+            return [(per_version[0][0], att) for att in decide_tops(tops[0], per_value, 1, self.alpha, bits)]
         b = per_version[0][1].shape[0]
-        choice = np.stack([whole_text_log_p(sc, cnt, per_value) for _, sc, cnt in per_version]).argmin(0)
+        choice = np.stack([whole_text_log_p(tp) for tp in tops]).argmin(0)
         out: list[tuple[KeyTable, Attribution]] = [None] * b  # type: ignore[list-item]
-        for k, (t, sc, cnt) in enumerate(per_version):
+        for k, ((t, _, _), tp) in enumerate(zip(per_version, tops, strict=True)):
             idx = np.flatnonzero(choice == k)
             if not len(idx):
                 continue
-            sel = torch.from_numpy(idx)
-            atts = decide_batch(sc[sel], cnt[sel], per_value, len(per_version), self.alpha, bits)
+            atts = decide_tops(tp.take(idx), per_value, len(per_version), self.alpha, bits)
             for i, att in zip(idx.tolist(), atts, strict=True):
                 out[i] = (t, att)
         return out
@@ -234,7 +234,7 @@ class Decoder:
         deep_levels: list[list[tuple[KeyTable, Attribution]]] = [[None] * len(batch) for _ in deeper]  # type: ignore[list-item]
         for v in dict.fromkeys(t.version for t, _ in level1) if deeper else ():
             group = [i for i, (t, _) in enumerate(level1) if t.version == v]
-            sel = torch.tensor(group)
+            sel = torch.tensor(group, device=ids.device)
             scores = self._scores(ids[sel], lengths[sel], v, lts)[0]
             counts = per_v1[v][1][sel]
             j = 0
@@ -247,7 +247,7 @@ class Decoder:
                     deep_levels[d][i] = r
         # Scored tokens per segment [B][K] under each level-1 version: one reduction and one tolist() per batch
         # (per text, two small torch calls cost more than the rest of its result).
-        seg_tokens = {v: cnt.sum(1).tolist() for v, (_, cnt) in per_v1.items()}
+        seg_tokens = {v: cnt.sum(1).cpu().tolist() for v, (_, cnt) in per_v1.items()}
         results = []
         for i, (t1, att1) in enumerate(level1):
             seg = seg_tokens[t1.version][i]

@@ -37,15 +37,11 @@ def bounds(windows: int) -> list[tuple[int, int]]:
 
 def _region_sum(scores: Tensor, lo: int, hi: int) -> Tensor:
     """Sum of windows [lo, hi) of scores [B, W, ...] in the fixed order (prefixes forward, suffixes backward)."""
-    w = scores.shape[1]
-    if lo == 0:
-        acc = scores[:, 0].clone()
-        for j in range(1, hi):
-            acc = acc + scores[:, j]
-        return acc
-    acc = scores[:, w - 1].clone()
-    for j in range(w - 2, lo - 1, -1):
-        acc = acc + scores[:, j]
+    order = range(lo, hi) if lo == 0 else range(scores.shape[1] - 1, lo - 1, -1)
+    acc = None
+    for j in order:
+        acc = scores[:, j] if acc is None else acc + scores[:, j]
+    assert acc is not None
     return acc
 
 
@@ -88,18 +84,20 @@ class RegionTops:
 
 
 def region_tops(scores: Tensor, counts: Tensor, per_value: bool) -> RegionTops:
-    """Every region's two best values and token counts (module docstring); one small copy to the host."""
-    k = min(2, scores.shape[-1])
-    regions = bounds(scores.shape[1])
-    vals, idx, toks = [], [], []
+    """Every region's two best values and token counts (module docstring); one small copy to the host.
+    One running sum forward (prefixes, then the whole text) and one backward (suffixes): W - 1 adds each."""
+    w, k = scores.shape[1], min(2, scores.shape[-1])
     cell_counts = counts.sum(-1, keepdim=True) if per_value else counts  # [B, W, cells]
-    for lo, hi in regions:
-        top = _region_sum(scores, lo, hi).topk(k, dim=-1)  # no arithmetic: a row's result is its own
-        vals.append(top.values)
-        idx.append(top.indices)
-        toks.append(cell_counts[:, lo:hi].sum(1))
-    return RegionTops(torch.stack(vals, 1).cpu().numpy(), torch.stack(idx, 1).cpu().numpy(),
-                      torch.stack(toks, 1).cpu().numpy(), scores)
+    tops: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
+    for lo, order in ((0, range(w)), (w, range(w - 1, 0, -1))):
+        acc = None
+        for j in order:
+            acc = scores[:, j] if acc is None else acc + scores[:, j]
+            region = (0, j + 1) if lo == 0 else (j, w)
+            best = acc.topk(k, dim=-1)  # no arithmetic: a row's result is its own
+            tops[region] = (best.values, best.indices, cell_counts[:, region[0]:region[1]].sum(1))
+    rows = [tops[r] for r in bounds(w)]
+    return RegionTops(*(torch.stack([r[i] for r in rows], 1).cpu().numpy() for i in range(3)), scores)
 
 
 __all__ = ["RegionTops", "bounds", "region_tops"]

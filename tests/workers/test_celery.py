@@ -156,3 +156,19 @@ def test_redis_restart_readyz_reports_broker_down_and_jobs_complete(pg_url, redi
     for jid, chunk in [*zip(ids, [texts[i : i + 16] for i in range(0, 48, 16)], strict=True), (late, texts[:4])]:
         doc = svc.wait_done(jid)
         assert doc["results"] == svc.verify_inline(chunk, "admin")
+
+
+def test_a_worker_on_a_sqlalchemy_broker_drains_a_job_without_redis(sqlite_url, tmp_path, make_service, start_worker):
+    """Any Celery broker carries the drain messages: a bare GPU machine runs the worker with a SQLite broker
+    (scripts/gpu-check); Redis-only transport options are not handed to other transports."""
+    broker = f"sqla+sqlite:///{tmp_path / 'broker.db'}"
+    svc = make_service(sqlite_url, broker_url=broker)
+    svc.init_keys()
+    texts = make_texts(svc, 24, steps=40)
+    jid = svc.submit(texts, "admin")
+    start_worker(sqlite_url, broker)
+    doc = svc.wait_done(jid)
+    assert doc["results"] == svc.verify_inline(texts, "admin")
+    with svc.ctx.db.session() as s:
+        claimed_by = set(s.scalars(select(JobItemRow.claimed_by).where(JobItemRow.job_id == jid)))
+    assert len(claimed_by) == 1 and next(iter(claimed_by)).startswith("worker:")

@@ -75,7 +75,7 @@ def build_context(settings: Settings, *, tokenizer_loader: Callable[[str], Any] 
     if settings.broker_url:
         jobs: Dispatcher = CeleryDispatcher(settings)
     else:
-        jobs = InProcessDispatcher(proc.db, lambda: proc.drain_context("api-inprocess"))
+        jobs = InProcessDispatcher(proc.db, lambda: proc.drain_context("api-inprocess", settings.worker_device))
     ctx = ServiceContext(settings=settings, db=proc.db, store=proc.store, tokens=TokenVerifier(settings),
                          policy=proc.policy, profile=proc.profile, tokenizers=proc.tokenizers, runner=proc.runner,
                          jobs=jobs, signer=signer_from_settings(settings), limiter=make_rate_limiter(settings))

@@ -169,7 +169,11 @@ class Decoder:
             raise DecodeError(f"text {i}: token ids outside the profile vocabulary")
         ids = np.zeros((len(batch), width), dtype=np.int64)
         ids[np.arange(width) < lengths[:, None]] = flat
-        return torch.from_numpy(ids).to(self.device), torch.from_numpy(lengths).to(self.device)
+        t_ids, t_len = torch.from_numpy(ids), torch.from_numpy(lengths)
+        if self.device.type == "cuda":  # pinned host buffers: the copies run asynchronously, in stream order
+            return t_ids.pin_memory().to(self.device, non_blocking=True), t_len.pin_memory().to(self.device,
+                                                                                              non_blocking=True)
+        return t_ids, t_len
 
     def decode_texts(self, texts: Sequence[str], tokenizer) -> list[DecodeResult]:
         for i, t in enumerate(texts):

@@ -67,7 +67,8 @@ class DrainContext:
     ) -> DrainContext:
         return cls(
             db=db, store=store, profiles=profiles, runner=runner, policy=policy, worker=process_name(worker),
-            batch_size=settings.job_batch_size, lease_s=settings.job_lease_seconds,
+            batch_size=settings.job_batch_size_cuda if device.startswith("cuda") else settings.job_batch_size,
+            lease_s=settings.job_lease_seconds,
             max_attempts=settings.job_max_attempts, device=device, delay_s=settings.drain_delay_s,
         )
 

@@ -1,6 +1,7 @@
 """The Celery side of the durable job queue: task and queue names, and the app factory.
 
-Redis broker, JSON only, late acks, prefetch 1, the `gpu` queue. The API process builds an app to
+Redis broker (any Celery broker works: e.g. `sqla+sqlite:///...` where no Redis runs, as on a bare GPU
+machine), JSON only, late acks, prefetch 1, the `gpu` queue. The API process builds an app to
 publish `{"job_id": ...}` messages; `workers/app.py` builds the one the worker processes run, with the
 task module included. Messages never carry texts or key material.
 """
@@ -19,11 +20,15 @@ QUEUE = "gpu"
 
 def make_celery(settings: Settings, include: Sequence[str] = ()) -> Celery:
     app = Celery("hero", include=list(include))
+    url = settings.broker_url or "redis://127.0.0.1:6379/0"
+    redis = url.split("://", 1)[0] in ("redis", "rediss", "sentinel")
     app.conf.update(
-        broker_url=settings.broker_url or "redis://127.0.0.1:6379/0",
+        broker_url=url,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=3,
-        broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout},
+        # Redis redelivers an unacked message after this long; other transports take no such option (SQLAlchemy's
+        # would hand it to create_engine)
+        broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout} if redis else {},
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

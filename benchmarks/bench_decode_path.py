@@ -10,8 +10,9 @@ values are released with a confidence, the expensive branch), the rest are rando
 The marked texts are a pool of 32 tiled over the batch (decoding does not depend on repeats across texts).
 Figures per batch (one JSON line each): `path_tokens_per_s` (Decoder.decode_ids, median of --reps),
 `kernel_tokens_per_s` (gpu/evidence.segment_scores for the same levels) and their ratio. Tokenization is not
-included (`hero bench tokenize` measures it). `--ab` runs the path in one worker process per checkout, rounds
-alternating, and prints each side's median seconds per batch and new/base.
+included (`hero bench tokenize` measures it). `--scoring model-aware` times the model-aware path (the LM re-run
+with random SmolLM2-shaped weights, then the weighted statistic). `--ab` runs the path in one worker process
+per checkout, rounds alternating, and prints each side's median seconds per batch and new/base.
 """
 
 from __future__ import annotations
@@ -90,13 +91,22 @@ def _timed(fn, reps: int, device: str) -> list[float]:
 def measure(a) -> None:
     import torch
 
+    decode = None
+    if a.scoring == "model-aware":  # the profile's LM shape with random weights: the cost, not the power
+        from verifier.cli.bench import random_smollm2
+        from verifier.engine.model_aware import ModelAwareScorer
+
+        model = random_smollm2(a.device, "float32")
+        scorer = ModelAwareScorer(lambda name, device: model, a.device, batch_size=a.lm_batch)
+        decode = scorer.decode_ids
     for batch in a.batch:
         prof, decoder, ids, kernel = _problem(batch, a.device, a.profile, a.levels, a.marked)
-        path = _timed(lambda: decoder.decode_ids(ids), a.reps, a.device)  # noqa: B023
+        run = (lambda: decoder.decode_ids(ids)) if decode is None else (lambda: decode(decoder, ids))  # noqa: B023
+        path = _timed(run, a.reps, a.device)
         kern = _timed(kernel, a.reps, a.device)
         n = batch * TOKENS
-        res = decoder.decode_ids(ids)
-        emit({"bench": "decode-path", "device": a.device,
+        res = run()
+        emit({"bench": "decode-path", "device": a.device, "scoring": a.scoring,
               "device_name": torch.cuda.get_device_name() if a.device == "cuda" else None,
               "threads": torch.get_num_threads(), "profile": prof.name, "role": a.role, "levels": len(decoder.tables),
               "batch": batch, "tokens": TOKENS, "marked": a.marked,
@@ -161,6 +171,9 @@ def main() -> None:
     ap.add_argument("--profile", default="default")
     ap.add_argument("--marked", type=float, default=0.5)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--scoring", choices=["model-free", "model-aware"], default="model-free",
+                    help="model-aware: the LM re-run (random SmolLM2-shaped weights) and the weighted statistic")
+    ap.add_argument("--lm-batch", type=int, default=64, help="texts per LM forward pass (model-aware)")
     ap.add_argument("--ab", nargs=2, metavar=("BASE", "NEW"))
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--worker", help=argparse.SUPPRESS)

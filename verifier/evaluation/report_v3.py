@@ -3,6 +3,10 @@ section's cells (results["cells"]["attribution"]). Nothing here measures: it rea
 
 from __future__ import annotations
 
+from scipy.stats import binom
+
+from verifier.engine.decoder import DEFAULT_ALPHA as ALPHA
+
 V3, V3_AWARE, V2, BIMARK = "HeRo-v3", "HeRo-v3 (model-aware)", "HeRo-v2", "BiMark(20)"
 SETTINGS = ("T1", "k50p0.9")
 # (figure, goal at T = 1, goal at top-k 50 / top-p 0.9): docs of issue 32's "Must show"
@@ -143,6 +147,7 @@ def _false_attribution(att: dict) -> list[str]:
         "own texts (any prefix or attack) | wrong `model` (any prefix) |",
         "|---|---|---|---|---|---|---|",
     ]
+    bound: list[tuple[str, int, int]] = []
     for s in SETTINGS:
         for m in (V3, V3_AWARE):
             c = _cell(att, s, m)
@@ -157,7 +162,20 @@ def _false_attribution(att: dict) -> list[str]:
                 f"| {s} | {m} | {_k(c.get('fa_human'))} | {_k(c.get('fa_unwatermarked'))} | "
                 f"{_k(c.get('fa_splices'))} | {wrong}/{n} | {mw}/{mn} |"
             )
+            bound += [(f"{s} {m} `user`", wrong, n), (f"{s} {m} `model`", mw, mn)]
     L.append("")
+    seen = [(label, k, n) for label, k, n in bound if k]
+    if seen:
+        L.append(
+            "A wrong value on a watermarked text is what the release rule bounds (spec 13.3: at most about 2 alpha "
+            f"per text and level, alpha = {ALPHA:g}); `tests/test_weighted_stats.py` checks that bound for the weighted "
+            "statistic (synthetic short texts, noisy weights) and its saddlepoint tail to 1e-10. Where a wrong value "
+            "was seen, how likely that many are at the bound itself (binomial upper tail at 2 alpha): "
+            + "; ".join(f"{label}: {k}/{n}, P = {binom.sf(k - 1, n, 2 * ALPHA):.2g}" for label, k, n in seen)
+            + ". Pooled over every HeRo-v3 cell above: "
+            + (lambda k, n: f"{k}/{n}, P = {binom.sf(k - 1, n, 2 * ALPHA):.2g}.\n")(
+                sum(k for _, k, _ in bound), sum(n for _, _, n in bound))
+        )
     return L
 
 

@@ -168,9 +168,9 @@ def _false_attribution(att: dict) -> list[str]:
     if seen:
         L.append(
             "A wrong value on a watermarked text is what the release rule bounds (spec 13.3: at most about 2 alpha "
-            f"per text and level, alpha = {ALPHA:g}); `tests/test_weighted_stats.py` checks that bound for the weighted "
-            "statistic (synthetic short texts, noisy weights) and its saddlepoint tail to 1e-10. Where a wrong value "
-            "was seen, how likely that many are at the bound itself (binomial upper tail at 2 alpha): "
+            f"per text and level, alpha = {ALPHA:g}); `tests/test_weighted_stats.py` checks that bound for the "
+            "weighted statistic (synthetic short texts, noisy weights) and its saddlepoint tail to 1e-10. Where a "
+            "wrong value was seen, how likely that many are at the bound itself (binomial upper tail at 2 alpha): "
             + "; ".join(f"{label}: {k}/{n}, P = {binom.sf(k - 1, n, 2 * ALPHA):.2g}" for label, k, n in seen)
             + ". Pooled over every HeRo-v3 cell above: "
             + (lambda k, n: f"{k}/{n}, P = {binom.sf(k - 1, n, 2 * ALPHA):.2g}.\n")(

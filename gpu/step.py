@@ -192,7 +192,7 @@ class FusedSampler:
             self.position_key[0] & mask, self.position_key[1] & mask, self._cpu_schedule.numpy(), s.segments, s.stride,
             self.spec_version, slots.contiguous().numpy(), generated.shape[0], generated.numpy(), log.words.numpy(),
             log.counts.numpy(), log.capacity,
-            rand.numpy(), out.numpy(), marks.numpy(),
+            rand.numpy(), out.numpy(), marks.numpy(), torch.get_num_threads(),
         )
         return out, marks
 

@@ -178,6 +178,35 @@ def check_marks(backend: str, spec: int, slotted: bool = False, steps: int = 20)
     assert log.capacity >= min(16, steps - 3)
 
 
+@pytest.mark.skipif(not native_ok, reason="C kernel not built")
+def test_native_step_splits_rows_over_threads_with_the_same_draws():
+    """A batch large enough for the threaded path (B * V >= 65,536): 1, 2 and 5 threads, and the torch step,
+    draw the same tokens, marks and state, at slots permuted in a larger state (a serving engine's layout)."""
+    rng = random.Random(9)
+    b, n, vocab, h = 24, 30, 6000, 3
+    args = ((20, 3), 4, [[rng.randbytes(16) for _ in range(w)] for w in (4, 8, 16)], rng.randbytes(16), h, 2, 20)
+    fs = _sampler(args)
+    slots = torch.tensor(rng.sample(range(n), b))
+    payload = torch.tensor([[[rng.randrange(w) for w in (4, 8, 16)] for _ in range(4)] for _ in range(n)])
+    logits = torch.randn(b, vocab, dtype=torch.float32) * 2
+    logits[:, ::7] = float("-inf")
+    ctx = torch.tensor([[rng.randrange(40) for _ in range(h)] for _ in range(b)])
+    ctx[1] = ctx[0]  # a repeated context within a step: each row has its own slot, so both are marked
+    outs = []
+    for threads, backend in ((1, "native"), (2, "native"), (5, "native"), (1, "torch")):
+        gen = torch.full((n,), 5, dtype=torch.int64)
+        log = fs.new_log(n)
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            tokens, marks = fs.step(logits, ctx, payload, gen, log, torch.Generator().manual_seed(1),
+                                    backend=backend, with_marks=True, slots=slots)
+        finally:
+            torch.set_num_threads(before)
+        outs.append((tokens.tolist(), marks.tolist(), gen.tolist(), log.counts.tolist(), log.words.tolist()))
+    assert all(o == outs[0] for o in outs[1:3]) and outs[0][:4] == outs[3][:4] and all(outs[0][1])
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_state_is_kept_per_slot(backend):
     check_marks(backend, 2, slotted=True)

@@ -1156,16 +1156,61 @@ PyDoc_STRVAR(sample_step_doc,
              " spec, slots, S, generated, seen, counts, cap, rand, out, marks): one fused generation step (gpu/step.py).\n"
              "logits float32/float64[B*V], ctx int64[B*h], k0/k1 int64[L*C], schedule int64[L-1]; row b's state is\n"
              "slot slots[b] < S: payload int64[S*K*L], generated int64[S] (+1), seen int64[S*cap*nw] and counts\n"
-             "int64[S] (appended); rand float64[B] (unmarked rows), out int64[B], marks int64[B] (1 = watermarked).");
+             "int64[S] (appended); rand float64[B] (unmarked rows), out int64[B], marks int64[B] (1 = watermarked);\n"
+             "nthreads: rows split over that many threads (each row's work and result are the same either way).");
+
+/* Rows [lo, hi) of a step on one thread, with its own copy of the shared state (its own error flag) and its
+ * own V-sized buffer. Rows touch disjoint slots (the caller's contract), so threads never share a write. */
+typedef struct {
+    Step s;
+    int64_t lo, hi;
+    double *p;
+} StepSlice;
+
+static void *step_slice_main(void *arg) {
+    StepSlice *t = (StepSlice *)arg;
+    for (int64_t b = t->lo; b < t->hi && !t->s.err; b++) step_row(&t->s, b, t->p);
+    return NULL;
+}
+
+#define STEP_THREADS_MAX 64
+#define STEP_THREADS_MIN_WORK 65536 /* B * V below this: one thread (a thread costs ~20-50 us to start) */
+
+static void step_rows(Step *s, double *p, int nt) {
+    StepSlice sl[STEP_THREADS_MAX];
+    for (int i = 0; i < nt; i++) {
+        sl[i].s = *s;
+        sl[i].lo = s->B * i / nt;
+        sl[i].hi = s->B * (i + 1) / nt;
+        sl[i].p = p + (size_t)i * (size_t)s->V;
+    }
+#if HERO_THREADS
+    pthread_t th[STEP_THREADS_MAX];
+    int started[STEP_THREADS_MAX] = {0};
+    for (int i = 1; i < nt; i++) started[i] = pthread_create(&th[i], NULL, step_slice_main, &sl[i]) == 0;
+    step_slice_main(&sl[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i])
+            pthread_join(th[i], NULL);
+        else
+            step_slice_main(&sl[i]); /* could not start a thread: do its share here */
+    }
+#else
+    for (int i = 0; i < nt; i++) step_slice_main(&sl[i]);
+#endif
+    for (int i = 0; i < nt; i++)
+        if (sl[i].s.err && !s->err) s->err = sl[i].s.err;
+}
 
 static PyObject *py_sample_step(PyObject *self, PyObject *args) {
     Py_buffer lg, ctx, pay, k0, k1, sched, slots, gen, seen, counts, rnd, out, mk;
     int dbl;
     Py_ssize_t B, V, h, K, L, C, segments, stride, spec, S, cap;
     unsigned long long pk0, pk1;
-    if (!PyArg_ParseTuple(args, "y*pnny*ny*nny*y*nKKy*nnny*nw*w*w*ny*w*w*", &lg, &dbl, &B, &V, &ctx, &h, &pay, &K,
+    int nthreads = 1;
+    if (!PyArg_ParseTuple(args, "y*pnny*ny*nny*y*nKKy*nnny*nw*w*w*ny*w*w*|i", &lg, &dbl, &B, &V, &ctx, &h, &pay, &K,
                           &L, &k0, &k1, &C, &pk0, &pk1, &sched, &segments, &stride, &spec, &slots, &S, &gen, &seen,
-                          &counts, &cap, &rnd, &out, &mk))
+                          &counts, &cap, &rnd, &out, &mk, &nthreads))
         return NULL;
     PyObject *result = NULL;
     double *p = NULL;
@@ -1186,7 +1231,11 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
         !check_len(&seen, S * cap * nw * 8, "seen") || !check_len(&counts, S * 8, "counts") ||
         !check_len(&rnd, B * 8, "rand") || !check_len(&out, B * 8, "out") || !check_len(&mk, B * 8, "marks"))
         goto done;
-    p = malloc((size_t)V * sizeof(double));
+    /* rows over threads only where a row's two passes over V outweigh starting a thread */
+    int nt = nthreads < 1 ? 1 : (nthreads > STEP_THREADS_MAX ? STEP_THREADS_MAX : nthreads);
+    if (nt > B) nt = (int)(B < 1 ? 1 : B);
+    if ((int64_t)B * V < STEP_THREADS_MIN_WORK) nt = 1;
+    p = malloc((size_t)V * sizeof(double) * (size_t)nt);
     if (!p) {
         PyErr_NoMemory();
         goto done;
@@ -1196,7 +1245,7 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
                   sched.buf, slots.buf, S, k0.buf, k1.buf, pk0, pk1, gen.buf, counts.buf, out.buf, mk.buf, seen.buf,
                   rnd.buf, 0};
         Py_BEGIN_ALLOW_THREADS
-        for (int64_t b = 0; b < B && !s.err; b++) step_row(&s, b, p);
+        step_rows(&s, p, nt);
         Py_END_ALLOW_THREADS
         if (s.err == 1)
             PyErr_SetString(PyExc_ValueError, "sample_step: payload value outside the key table or unknown spec");
@@ -1282,6 +1331,6 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
     isa = &isas[0];
     while (!isa_supported(isa)) isa++; /* the last path, generic, is always supported */
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 4);
+    if (m) PyModule_AddIntConstant(m, "ABI", 5);
     return m;
 }

@@ -166,7 +166,7 @@ class _Slots:
         self.min_p = torch.zeros(n, device=device)
         self.top_k = torch.zeros(n, dtype=torch.int64, device=device)
         self.top_p = torch.ones(n, device=device)
-        self.host = [dict(min_p=0.0, top_k=0, top_p=1.0) for _ in range(n)]
+        self.host = [dict(temperature=1.0, min_p=0.0, top_k=0, top_p=1.0) for _ in range(n)]
 
     def _current(self) -> FusedSampler:
         bundle = keys().bundle()
@@ -199,10 +199,12 @@ class _Slots:
         pay = encode_payload(self.profile, fields)
         self.payload[slot] = torch.tensor(pay, dtype=torch.int64, device=self.device)
         self.samplers[slot] = sampler
-        self.temperature[slot] = max(float(sp.temperature), _EPS)
+        temperature = max(float(sp.temperature), _EPS)
+        self.temperature[slot] = temperature
         top_k = int(sp.top_k or 0)
         top_k = 0 if top_k < 0 else top_k
-        self.host[slot] = dict(min_p=float(sp.min_p or 0.0), top_k=top_k, top_p=float(sp.top_p or 1.0))
+        self.host[slot] = dict(temperature=temperature, min_p=float(sp.min_p or 0.0), top_k=top_k,
+                               top_p=float(sp.top_p or 1.0))
         self.min_p[slot], self.top_k[slot], self.top_p[slot] = (self.host[slot][k] for k in ("min_p", "top_k",
                                                                                               "top_p"))
         self.generated[slot] = 0
@@ -240,9 +242,13 @@ class _Slots:
             self.samplers[a] = None
 
     def warp(self, logits: torch.Tensor, slots: torch.Tensor, host_slots: list[int]) -> torch.Tensor:
-        """vLLM's order: temperature, min_p, top-k, top-p; per row (slot) parameters."""
-        x = logits.to(torch.float32) / self.temperature[slots].unsqueeze(1)
+        """vLLM's order: temperature, min_p, top-k, top-p; per row (slot) parameters. Rows that need none of
+        them (temperature 1, no truncation: the plain sampling setting) are handed on as they are, uncopied."""
         hp = [self.host[s] for s in host_slots]
+        if logits.dtype == torch.float32 and all(p["temperature"] == 1.0 and p["min_p"] <= 0 and p["top_k"] <= 0
+                                                 and p["top_p"] >= 1.0 for p in hp):
+            return logits
+        x = logits.to(torch.float32) / self.temperature[slots].unsqueeze(1)
         if any(p["min_p"] > 0 for p in hp):
             probs = torch.softmax(x, dim=-1)
             floor = probs.amax(dim=-1, keepdim=True) * self.min_p[slots].unsqueeze(1)
@@ -260,13 +266,14 @@ class _Slots:
         return x
 
     def draw(self, logits: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, host_slots: list[int],
-             contexts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """Token ids for `rows` of `logits` (request state at `slots`), grouped by the tables each request uses."""
+             contexts: torch.Tensor, generator: torch.Generator | None, every_row: bool = False) -> torch.Tensor:
+        """Token ids for `rows` of `logits` (request state at `slots`), grouped by the tables each request uses.
+        `every_row`: the caller knows `rows` is every row of `logits` in order (no gather copy)."""
         out = torch.empty(len(host_slots), dtype=torch.int64, device=logits.device)
         groups: dict[int, list[int]] = {}
         for i, s in enumerate(host_slots):
             groups.setdefault(id(self.samplers[s]), []).append(i)
-        warped = self.warp(logits[rows], slots, host_slots)
+        warped = self.warp(logits if every_row else logits[rows], slots, host_slots)
         for members in groups.values():
             sampler = self.samplers[host_slots[members[0]]]
             if sampler is None:  # unwatermarked rows (MRV2 hands every row): the caller keeps their logits
@@ -281,7 +288,10 @@ class _Slots:
         return out
 
 
-def _one_hot_rows(logits: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor) -> None:
+def _one_hot_rows(logits: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor, every_row: bool = False) -> None:
+    if every_row:  # in place, as transformers' processors do: no index_put over [B, V]
+        logits.fill_(float("-inf")).scatter_(1, tokens.unsqueeze(1), 0.0)
+        return
     logits[rows] = float("-inf")
     logits[rows, tokens] = 0.0
 
@@ -357,8 +367,9 @@ class HeroV1LogitsProcessor(V1LogitsProcessor):
         self.slots.generated[rows_t] = torch.tensor(gen, device=self.device)
         self.slots.log.ensure(max(gen) + 1)
         contexts = torch.tensor(ctx, dtype=torch.int64, device=self.device)
-        tokens = self.slots.draw(logits, rows_t, rows_t, rows, contexts, self.generator)
-        _one_hot_rows(logits, rows_t, tokens.to(logits.device))
+        every = rows == list(range(logits.shape[0]))  # the usual case: every row watermarked
+        tokens = self.slots.draw(logits, rows_t, rows_t, rows, contexts, self.generator, every_row=every)
+        _one_hot_rows(logits, rows_t, tokens.to(logits.device), every_row=every)
         return logits
 
 
@@ -410,7 +421,7 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
         self.slots.log.ensure(int(ctx.seq_lens_upper_bound_np.max()) + 1)
         rows = torch.arange(logits.shape[0], device=logits.device)
         host_slots = [int(s) for s in ctx.idx_mapping_np]  # no spec decode: one row per request
-        tokens = self.slots.draw(logits, rows, slots, host_slots, contexts, self.generator)
+        tokens = self.slots.draw(logits, rows, slots, host_slots, contexts, self.generator, every_row=True)
         keep = self.watermarked[slots]
         onehot = torch.full_like(logits, float("-inf")).scatter_(1, tokens.unsqueeze(1), 0.0)
         return torch.where(keep.unsqueeze(1), onehot, logits)

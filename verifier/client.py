@@ -61,12 +61,14 @@ class VerifyResult:
     spec_version: int | None = None
     receipt: dict[str, Any] | None = None
     scoring: str | None = None  # model-free | model-aware
+    # the one-value test of the value the request named (`expect`): [{"level", "fields", "p_value", "matches"...}]
+    expected: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> VerifyResult:
         return cls(bool(d["watermarked"]), float(d["p_value"]), d.get("key_version"), int(d["tokens_scored"]),
                    [LevelResult.from_json(lv) for lv in d.get("levels", [])], list(d.get("flags", [])),
-                   d.get("spec_version"), d.get("receipt"), d.get("scoring"))
+                   d.get("spec_version"), d.get("receipt"), d.get("scoring"), d.get("expected"))
 
     def fields(self) -> dict[str, int | None]:
         """All released fields across levels (decoded levels only)."""
@@ -179,11 +181,15 @@ class HeroClient:
             self._sleep(min(wait, self.max_wait_s))
             attempt += 1
 
-    def verify(self, texts: Sequence[str], max_level: int | None = None) -> list[VerifyResult]:
-        """POST /v1/verify: one result per text, in order (each with its audit receipt)."""
+    def verify(self, texts: Sequence[str], max_level: int | None = None,
+               expect: dict[str, int] | None = None) -> list[VerifyResult]:
+        """POST /v1/verify: one result per text, in order (each with its audit receipt). `expect` (e.g.
+        {"model": 37}) adds each result's one-value test of that value (`VerifyResult.expected`)."""
         body: dict[str, Any] = {"texts": list(texts)}
         if max_level is not None:
             body["max_level"] = max_level
+        if expect:
+            body["expect"] = dict(expect)
         data = self._request("POST", "/v1/verify", json=body).json()
         return [VerifyResult.from_json(r) for r in data["results"]]
 

@@ -12,7 +12,7 @@ from verifier.auth.principal import Principal
 from verifier.verify.evidence import token_evidence
 from verifier.verify.runner import DecodeJob
 from verifier.verify.schemas import EvidenceIn, EvidenceOut, VerifyIn, VerifyOut
-from verifier.verify.service import VerifyRequest, verify_texts
+from verifier.verify.service import VerifyRequest, expected_levels, verify_texts
 
 router = APIRouter(prefix="/v1", tags=["verify"], route_class=JsonRoute)
 ERRORS: dict[int | str, dict] = {
@@ -32,13 +32,15 @@ ERRORS: dict[int | str, dict] = {
     responses=ERRORS,
 )
 async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
-    return {"results": await verify_call(ctx, p, body.texts, body.max_level)}
+    return {"results": await verify_call(ctx, p, body.texts, body.max_level, body.expect)}
 
 
-async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None) -> list[dict]:
+async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None,
+                      expect: dict[str, int] | None = None) -> list[dict]:
     """The body of POST /v1/verify once the caller and the input are known (also verifier.api.fastpath)."""
     grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level)
-    job = DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha)
+    asked = expected_levels(ctx.profile, expect, grant.level)
+    job = DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha, expect=asked)
     if ctx.batcher is not None:  # answered after the batch's audit transaction commits
         return await ctx.batcher.verify(VerifyRequest(job, p.actor))
     return await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,

@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="local decode: re-run the profile's language model over the text and weight each token's "
                    "evidence by it (stronger on short and top-k/top-p texts; needs the model package). A service "
                    "scores as its HERO_MODEL_AWARE says; each result names its `scoring`")
+    p.add_argument("--expect", action="append", default=[], metavar="FIELD=VALUE",
+                   help="ask about one value (repeatable, e.g. --expect model=37): the result's `expected` gives "
+                   "that value's one-value test (per-value levels, within --levels)")
     add_profile_arg(p)
     p.set_defaults(handler=cmd_decode)
 
@@ -69,14 +72,15 @@ def service_url(args: argparse.Namespace) -> str | None:
     return url.rstrip("/") if url else None
 
 
-def decode_remote(url: str, token: str, text: str, max_level: int, timeout: float = SERVICE_TIMEOUT_S) -> dict:
+def decode_remote(url: str, token: str, text: str, max_level: int, timeout: float = SERVICE_TIMEOUT_S,
+                  expect: dict[str, int] | None = None) -> dict:
     """POST /v1/verify on a running service; its result (with the audit receipt) or a one-line error."""
     import urllib.error
     import urllib.request
 
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"HERO_URL must start with http:// or https://, got {url[:40]!r}")
-    body = json.dumps({"texts": [text], "max_level": max_level}).encode()
+    body = json.dumps({"texts": [text], "max_level": max_level, **({"expect": expect} if expect else {})}).encode()
     req = urllib.request.Request(f"{url}/v1/verify", data=body, method="POST", headers={  # noqa: S310
         "Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"})
     try:
@@ -107,9 +111,23 @@ def cmd_decode(args: argparse.Namespace) -> None:
         token = os.environ.get("HERO_TOKEN", "").strip()
         if not token:
             raise ValueError("HERO_URL is set but HERO_TOKEN is empty: export a bearer token (or pass --local)")
-        emit(decode_remote(url, token, text, max_level))
+        emit(decode_remote(url, token, text, max_level, expect=_expect(args) or None))
         return
     decode_local(args, text, max_level)
+
+
+def _expect(args: argparse.Namespace) -> dict[str, int]:
+    """--expect name=value items as a field mapping (names checked by the decoder's profile or the service)."""
+    out: dict[str, int] = {}
+    for item in args.expect:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--expect expects name=value, got {item!r}")
+        try:
+            out[name] = int(raw, 0)
+        except ValueError:
+            raise ValueError(f"--expect {name}: {raw!r} is not an integer") from None
+    return out
 
 
 def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
@@ -122,6 +140,7 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
     from verifier.verify.release import audit_events, check_texts
     from verifier.verify.runner import DecodeJob, Runner
     from verifier.verify.schemas import ResultOut
+    from verifier.verify.service import expected_levels
 
     settings = cli_settings(args)
     profile = resolve_profile(args.profile)
@@ -129,6 +148,7 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
         raise ValueError(f"profile {profile.name!r} has only {profile.depth} levels")
     check_texts([text], 1, settings.max_text_chars)  # the service's limit (HERO_MAX_TEXT_CHARS), here too
     grant = OPERATOR.grant(profile, level)
+    asked = expected_levels(profile, _expect(args), grant.level)
     alpha = settings.alpha if args.alpha is None else args.alpha
     store = open_store(settings)
     scorer = None
@@ -138,7 +158,7 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
         scorer = model_aware_scorer(True, "auto")
     runner = Runner(store, TokenizerCache(), settings.alpha, scorer=scorer)
     try:
-        (out,) = runner.decode(DecodeJob(profile, (text,), grant.level, alpha))
+        (out,) = runner.decode(DecodeJob(profile, (text,), grant.level, alpha, expect=asked))
         # A disclosure like any other: audited (and committed) before anything is printed, or nothing is.
         record(store.db, audit_events(cli_actor(), [text_digest(text)], [out], action="decode"))
     finally:

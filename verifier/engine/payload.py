@@ -24,16 +24,7 @@ def encode_payload(profile: Profile, values: Mapping[str, int]) -> list[list[int
             raise PayloadError(f"unknown field {name!r}; profile {profile.name!r} has fields {sorted(known)}")
     out = [[0] * profile.depth for _ in range(profile.segments)]
     for li, level in enumerate(profile.levels):
-        acc = 0
-        for f in level.fields:
-            if f.name not in values:
-                raise PayloadError(f"missing field {f.name!r} ({f.bits} bits)")
-            v = values[f.name]
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise PayloadError(f"field {f.name!r} must be an integer")
-            if not 0 <= v < (1 << f.bits):
-                raise PayloadError(f"field {f.name!r}={v} does not fit in {f.bits} bits (0..{(1 << f.bits) - 1})")
-            acc = (acc << f.bits) | v
+        acc = _level_value(level, values)
         if level.per_value:
             for k in range(profile.segments):
                 out[k][li] = acc
@@ -43,6 +34,34 @@ def encode_payload(profile: Profile, values: Mapping[str, int]) -> list[list[int
             shift = (profile.segments - 1 - k) * b
             out[k][li] = (acc >> shift) & ((1 << b) - 1)
     return out
+
+
+def _level_value(level, values: Mapping[str, int]) -> int:
+    """One level's whole value: its fields concatenated, first most significant (each checked)."""
+    acc = 0
+    for f in level.fields:
+        if f.name not in values:
+            raise PayloadError(f"missing field {f.name!r} ({f.bits} bits)")
+        v = values[f.name]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise PayloadError(f"field {f.name!r} must be an integer")
+        if not 0 <= v < (1 << f.bits):
+            raise PayloadError(f"field {f.name!r}={v} does not fit in {f.bits} bits (0..{(1 << f.bits) - 1})")
+        acc = (acc << f.bits) | v
+    return acc
+
+
+def level_values(profile: Profile, values: Mapping[str, int]) -> dict[int, int]:
+    """Field values -> {level: whole level value} for the levels they name; each named level needs all of its
+    fields (a level's value is their concatenation). For a one-value question (`expect`)."""
+    levels: set[int] = set()
+    for name in values:
+        try:
+            levels.add(profile.field_level(name))
+        except ProfileError:
+            known = sorted(profile.field_names())
+            raise PayloadError(f"unknown field {name!r}; profile {profile.name!r} has fields {known}") from None
+    return {lv: _level_value(profile.levels[lv - 1], values) for lv in sorted(levels)}
 
 
 def level_bits(profile: Profile, level: int, segment_values: list[int | None]) -> list[int | None]:

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from verifier.engine.availability import make_decoder
-from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder
+from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, token_ids
+from verifier.engine.expected import NotOneValue, expected_results
+from verifier.engine.payload import value_fields
 from verifier.engine.profile import Profile
+from verifier.errors import Forbidden
 from verifier.keys.cache import CachedMaterial, MaterialCache
 from verifier.keys.decodable import VerificationMaterial
 from verifier.keys.service import DbKeyStore
@@ -33,6 +36,7 @@ class DecodeJob:
     alpha: float
     device: str = "cpu"
     token_ids: list[list[int]] | None = field(default=None, compare=False)  # tokenized already (the job drain)
+    expect: tuple[tuple[int, int], ...] = ()  # (level, value) pairs asked about (`expect`), each <= level
 
     def __repr__(self) -> str:  # texts may be sensitive: never log them
         return f"DecodeJob(profile={self.profile.name!r}, texts={len(self.texts)}, level={self.level})"
@@ -106,13 +110,41 @@ class Runner:
 
     def run(self, job: DecodeJob) -> Decoded:
         """The one decode function: granted level in, released results (and what was handed) out."""
+        if any(lv > job.level for lv, _ in job.expect):
+            raise Forbidden(f"expect names level {max(lv for lv, _ in job.expect)}, above the granted "
+                                  f"level {job.level}")
         entry = self.cache.get(job.profile, job.level)  # levels 1..job.level only
-        tokenizer = (_Tokenized(job.token_ids) if job.token_ids is not None
-                     else self.tokenizers(job.profile.tokenizer))
+        ids = job.token_ids
+        if ids is None and job.expect:  # tokenized once for the decode and the one-value test
+            ids = token_ids(self.tokenizers(job.profile.tokenizer), list(job.texts))
+        tokenizer = _Tokenized(ids) if ids is not None else self.tokenizers(job.profile.tokenizer)
         decoder = self._decoder(entry, job.profile, job.device, job.alpha)
         raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, job.device,
                               decoder, scorer=self.scorer)
-        return Decoded([shape(r, job.level) for r in raw], handed_summary(entry.material))
+        results = [shape(r, job.level) for r in raw]
+        if job.expect:
+            assert ids is not None
+            self._expected(job, entry, decoder, ids, results)
+        return Decoded(results, handed_summary(entry.material))
+
+    def _expected(self, job: DecodeJob, entry: CachedMaterial, decoder: Decoder | None, ids: list[list[int]],
+                  results: list[dict]) -> None:
+        """Each result's `expected`: the one-value test of the asked values (engine/expected.py), model-free,
+        deeper levels under the level-1 version the text's decode named."""
+        decoder = decoder or make_decoder(job.profile, entry.material.tables, alpha=job.alpha,
+                                          unavailable=entry.material.unavailable, device=job.device)
+        if decoder is None or any(lv not in decoder.tables for lv, _ in job.expect):
+            for r in results:
+                r["expected"] = []  # no usable key for the level: no test (its levels say why)
+            return
+        lv1 = [r["levels"][0]["key_version"] for r in results]
+        try:
+            answers = expected_results(decoder, ids, dict(job.expect), lv1, job.alpha,
+                                       lambda lv, v: value_fields(job.profile, lv, v))
+        except (NotOneValue, ValueError) as exc:
+            raise TextNotDecodable(str(exc)) from None
+        for r, a in zip(results, answers, strict=True):
+            r["expected"] = a
 
     def decode(self, job: DecodeJob) -> list[dict]:
         return self.run(job).results

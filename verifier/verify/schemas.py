@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from verifier.audit.schemas import ReceiptOut
 
@@ -22,6 +22,25 @@ class VerifyIn(BaseModel):
         le=64,
         description="decode levels 1..max_level (default: the role's maximum; more than that is 403)",
     )
+    expect: dict[str, StrictInt] | None = Field(
+        default=None,
+        description="ask about one value, e.g. {\"model\": 37}: every result then carries `expected`, the "
+        "one-value test of that value (the tail of its own evidence: far more powerful than the search over all "
+        "values). All fields of each named level; per-value levels only (spec v3's public level, v2's private "
+        "levels: 422 otherwise); a level above the caller's maximum is 403.",
+        examples=[{"model": 37}],
+    )
+
+
+class ExpectedOut(BaseModel):
+    """The one-value test of a value the caller named (`expect`)."""
+
+    level: int = Field(description="the level of the named fields")
+    fields: dict[str, int] = Field(description="the value asked about")
+    p_value: float = Field(description="probability of evidence at least this strong for this value in text "
+                           "not made with it (uniform under that null; corrected for the key versions tried)")
+    log10_p_value: float = Field(description="log10 of p_value (keeps its digits below 1e-308)")
+    matches: bool = Field(description="p_value <= alpha: the text carries this value's watermark")
 
 
 class CandidateOut(BaseModel):
@@ -108,6 +127,9 @@ class ResultOut(BaseModel):
         "by how much evidence it can carry; HERO_MODEL_AWARE=1)",
     )
     levels: list[LevelOut] = Field(description="one entry per decoded level, level 1 first")
+    expected: list[ExpectedOut] | None = Field(
+        default=None, description="only when the request named a value (`expect`): its one-value test, per level"
+    )
 
 
 class VerifiedOut(ResultOut):

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from verifier.audit.service import Actor, record, record_with_receipts, text_digest
 from verifier.audit.signer import LogSigner
 from verifier.db import Database
+from verifier.engine.payload import PayloadError, level_values
+from verifier.engine.profile import Profile
+from verifier.errors import Forbidden, InvalidInput
 from verifier.metrics import DISCLOSURES, VERIFY_SECONDS, VERIFY_TEXTS
 from verifier.verify.release import audit_events
 from verifier.verify.runner import DecodeJob, DecodeRunner
@@ -43,6 +46,25 @@ class Serving(Protocol):
     signer: LogSigner
 
 
+def expected_levels(profile: Profile, expect: Mapping[str, int] | None, level: int) -> tuple[tuple[int, int], ...]:
+    """A request's `expect` as (level, value) pairs, checked before any decode: named fields of whole levels
+    (422), per-value levels only (422: a segmented value shares segments with others), within the grant (403)."""
+    if not expect:
+        return ()
+    try:
+        asked = level_values(profile, expect)
+    except PayloadError as exc:
+        raise InvalidInput(f"expect: {exc}") from None
+    for lv in asked:
+        if lv > level:
+            raise Forbidden(f"expect names level {lv} ({', '.join(f.name for f in profile.levels[lv - 1].fields)}), "
+                            f"above the level granted to you ({level})")
+        if not profile.levels[lv - 1].per_value:
+            raise InvalidInput(f"expect: level {lv} of profile {profile.name!r} is segmented; a one-value test needs "
+                               "a per-value level (spec v3's public level, v2's private levels)")
+    return tuple(sorted(asked.items()))
+
+
 def batch_worker(serving: Serving, interval_s: float):
     """The micro-batcher's work function (verifier.verify.batcher): `verify_batch` on the runner, database and
     signer `serving` holds when each batch runs (the API context: a test may swap its runner)."""
@@ -59,14 +81,15 @@ def _decode_groups(runner: DecodeRunner, requests: Sequence[VerifyRequest]) -> l
     A group whose combined call fails is retried request by request, so one caller's bad input (or a
     failure only some requests hit) is that caller's error alone."""
     out: list[list[dict] | BaseException | None] = [None] * len(requests)
-    groups: dict[tuple[int, int, float], list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
-        groups.setdefault((id(r.job.profile), r.job.level, r.job.alpha, r.job.device), []).append(i)
+        groups.setdefault((id(r.job.profile), r.job.level, r.job.alpha, r.job.device, r.job.expect), []).append(i)
     for idxs in groups.values():
         first = requests[idxs[0]].job
         texts = tuple(t for i in idxs for t in requests[i].job.texts)
         try:
-            raw = runner.decode(DecodeJob(first.profile, texts, first.level, first.alpha, first.device))
+            raw = runner.decode(DecodeJob(first.profile, texts, first.level, first.alpha, first.device,
+                                          expect=first.expect))
         except Exception as exc:
             if len(idxs) == 1:
                 out[idxs[0]] = exc

@@ -13,8 +13,8 @@ Backends (same tokens for marked rows, the reference's draw):
   torch   element-wise torch (gpu/prf.py + gpu/sampler.route_and_sample), any device: the readable fallback.
 A new spec version adds one branch where the level seeds are derived (`HeroSampler.level_seeds` for torch,
 `level_seed` in the C source, `_level_seed` in the Triton kernel); everything else is shared. Spec v3 (one
-SipHash seed per token and level XOR the value key) has its torch branch only: the default backend is torch
-for v3 profiles until the C and Triton steps gain theirs (KERNEL_SPEC_VERSIONS).
+SipHash seed per token and level XOR the value key) has its torch and C branches: on CUDA a v3 profile runs
+the torch step until the Triton step gains its branch (TRITON_SPEC_VERSIONS).
 
 The context log stores each continuation context's packed SipHash message words (h//2 + 1 int64), so the
 check is exact equality of the h-gram, not a hash. Its capacity grows on the host side (`ensure`), from
@@ -34,7 +34,11 @@ from gpu.sampler import HeroSampler, route_and_sample
 
 BACKENDS = ("native", "triton", "torch")
 SPEC_VERSIONS = (1, 2, 3)
-KERNEL_SPEC_VERSIONS = (1, 2)  # what the native and Triton steps implement; v3 runs the torch step
+NATIVE_SPEC_VERSIONS = (1, 2, 3)  # what the C step implements
+TRITON_SPEC_VERSIONS = (1, 2)  # what the Triton step implements; v3 on CUDA runs the torch step
+
+
+_IMPLEMENTS = {"native": NATIVE_SPEC_VERSIONS, "triton": TRITON_SPEC_VERSIONS, "torch": SPEC_VERSIONS}
 
 
 def message_words(h: int) -> int:
@@ -115,6 +119,12 @@ class FusedSampler:
         # read once here: a per-step int(tensor) would sync with the device
         self.position_key = (int(sampler.pos_k0), int(sampler.pos_k1))
         self.position_words = torch.stack([sampler.pos_k0, sampler.pos_k1]).to(torch.int64)
+        # spec v3: each level's SipHash key words, for the native step ([L] int64 each; () for v1/v2)
+        self._cpu_seed_keys: tuple = ()
+        if spec_version == 3:
+            words = [w if w is not None else (torch.zeros(1, dtype=torch.int64),) * 2 for w in sampler.seed_words]
+            self._cpu_seed_keys = tuple(torch.cat([w[i].reshape(1).cpu() for w in words]).to(torch.int64).numpy()
+                                        for i in (0, 1))
 
     def __repr__(self) -> str:  # never the key words
         return f"FusedSampler(levels={self.base.levels}, h={self.h}, spec_version={self.spec_version})"
@@ -142,11 +152,13 @@ class FusedSampler:
         can outgrow it). Slots let a serving engine keep state in place while its batch rows move.
         """
         if backend is None:
-            backend = pick_backend(logits) if self.spec_version in KERNEL_SPEC_VERSIONS else "torch"
+            backend = pick_backend(logits)
+            if self.spec_version not in _IMPLEMENTS.get(backend, SPEC_VERSIONS):
+                backend = "torch"
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}")
-        if backend != "torch" and self.spec_version not in KERNEL_SPEC_VERSIONS:
-            raise ValueError(f"the {backend} step implements spec versions {KERNEL_SPEC_VERSIONS}; use torch")
+        if self.spec_version not in _IMPLEMENTS.get(backend, SPEC_VERSIONS):
+            raise ValueError(f"the {backend} step implements spec versions {_IMPLEMENTS[backend]}; use torch")
         b = logits.shape[0]
         n = generated.shape[0]
         if slots is None:
@@ -192,7 +204,7 @@ class FusedSampler:
             self.position_key[0] & mask, self.position_key[1] & mask, self._cpu_schedule.numpy(), s.segments, s.stride,
             self.spec_version, slots.contiguous().numpy(), generated.shape[0], generated.numpy(), log.words.numpy(),
             log.counts.numpy(), log.capacity,
-            rand.numpy(), out.numpy(), marks.numpy(), torch.get_num_threads(),
+            rand.numpy(), out.numpy(), marks.numpy(), torch.get_num_threads(), *self._cpu_seed_keys,
         )
         return out, marks
 

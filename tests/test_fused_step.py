@@ -292,14 +292,41 @@ def _v3_cases():
     return out
 
 
-def test_v3_step_matches_the_frozen_vectors_on_the_torch_step():
-    """Spec v3 in the fused step (what the vLLM plugin calls): the default backend is torch and gives the
-    frozen v3 token; the C and Triton steps refuse v3 rather than draw with another construction."""
+@pytest.mark.parametrize("backend", [None, *CPU_BACKENDS])
+def test_v3_step_matches_the_frozen_vectors(backend):
+    """Spec v3 in the fused step (what the vLLM plugin and HeroWatermarkingConfig call): the default backend
+    (native on a CPU with the C kernel built), the C and the torch steps give the frozen v3 token; the Triton
+    step refuses v3 rather than draw with another construction."""
     cases = _v3_cases()
     assert cases
     for fs, logits, ctx, pay, want in cases:
         for dtype in (torch.float64, torch.float32):
-            tokens, marks = _one_step(fs, torch.tensor(logits, dtype=dtype), torch.tensor(ctx), pay, None)
-            assert bool(marks.all()) and tokens.tolist() == [want]
+            tokens, marks = _one_step(fs, torch.tensor(logits, dtype=dtype), torch.tensor(ctx), pay, backend)
+            assert bool(marks.all()) and tokens.tolist() == [want], (backend, dtype)
         with pytest.raises(ValueError, match="spec versions"):
-            _one_step(fs, torch.tensor(logits), torch.tensor(ctx), pay, "native")
+            _one_step(fs, torch.tensor(logits), torch.tensor(ctx), pay, "triton")
+
+
+@pytest.mark.skipif(not native_ok, reason="C kernel not built")
+def test_v3_native_step_agrees_with_torch_on_random_batches():
+    """Beyond the vectors: v3 profiles of several shapes, batches with masked logits, threads."""
+    from verifier.engine.generation import make_sampler
+
+    rng = random.Random(3)
+    for vocab, sched, bits in [(600, (7,), (2, 3)), (4000, (20,), (2, 3)), (1000, (4, 3), (1, 2, 2))]:
+        segs = 4
+        profile = profile_from_dict({
+            "name": "r", "spec_version": 3, "vocab_size": vocab, "segments": segs,
+            "levels": [{"bits": b, "encoding": "value", **({"chunks": sched[i]} if i < len(sched) else {}),
+                        "fields": [{"name": f"f{i}", "bits": b * segs}]} for i, b in enumerate(bits)],
+        })
+        ks = KeySet(tuple(derive_level_table(rng.randbytes(32), profile, lv, "t") for lv in range(1, len(bits) + 1)))
+        fs = FusedSampler(make_sampler(profile, ks), 3, 3)
+        b = 20
+        pay = torch.tensor([encode_payload(profile, {f"f{i}": rng.randrange(1 << (x * segs))
+                                                     for i, x in enumerate(bits)}) for _ in range(b)])
+        logits = torch.randn(b, vocab, dtype=torch.float64) * 2
+        logits[:, ::5] = float("-inf")
+        ctx = torch.tensor([[rng.randrange(vocab) for _ in range(3)] for _ in range(b)])
+        got = [_one_step(fs, logits, ctx, pay, be)[0].tolist() for be in ("native", "torch")]
+        assert got[0] == got[1], (vocab, sched)

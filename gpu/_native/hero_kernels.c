@@ -1003,6 +1003,7 @@ typedef struct {
     uint64_t *seen;
     const double *rand;
     int err;
+    const uint64_t *sk0, *sk1; /* spec v3: each level's SipHash key (NULL otherwise) */
 } Step;
 
 static inline double logit_at(const Step *s, int64_t b, int64_t t) {
@@ -1024,13 +1025,21 @@ static inline int64_t deinterleave(int64_t y, int64_t vocab, int64_t stride) {
     return q * stride + c;
 }
 
-/* Seed of one level for this context: the spec-version branch of the PRF construction. */
-static inline int level_seed(const Step *s, uint64_t k0, uint64_t k1, const uint64_t *msg, uint64_t *lo,
+/* Seed of level l for this context and entry (k0, k1): the spec-version branch of the PRF construction.
+ * v1/v2: SipHash under the entry key. v3 (spec section 15): one SipHash per token and level under the level
+ * key, XOR the entry's value key. */
+static inline int level_seed(const Step *s, int64_t l, uint64_t k0, uint64_t k1, const uint64_t *msg, uint64_t *lo,
                              uint64_t *hi) {
     switch (s->spec) {
     case 1:
     case 2:
         siphash128(k0, k1, msg, (int)s->nw, lo, hi);
+        return 1;
+    case 3:
+        if (!s->sk0) return 0;
+        siphash128(s->sk0[l], s->sk1[l], msg, (int)s->nw, lo, hi);
+        *lo ^= k0;
+        *hi ^= k1;
         return 1;
     default:
         return 0;
@@ -1105,7 +1114,7 @@ static void step_row(Step *s, int64_t b, double *p) {
     int64_t seg = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * (uint64_t)s->segments) >> 32);
     const int64_t *val = s->payload + (slot * s->K + seg) * s->L;
     for (int64_t l = 0; l < s->L; l++) {
-        if (val[l] < 0 || val[l] >= s->C || !level_seed(s, s->k0[l * s->C + val[l]], s->k1[l * s->C + val[l]], msg,
+        if (val[l] < 0 || val[l] >= s->C || !level_seed(s, l, s->k0[l * s->C + val[l]], s->k1[l * s->C + val[l]], msg,
                                                           &lo[l], &hi[l])) {
             s->err = 1;
             s->out[b] = 0;
@@ -1157,7 +1166,8 @@ PyDoc_STRVAR(sample_step_doc,
              "logits float32/float64[B*V], ctx int64[B*h], k0/k1 int64[L*C], schedule int64[L-1]; row b's state is\n"
              "slot slots[b] < S: payload int64[S*K*L], generated int64[S] (+1), seen int64[S*cap*nw] and counts\n"
              "int64[S] (appended); rand float64[B] (unmarked rows), out int64[B], marks int64[B] (1 = watermarked);\n"
-             "nthreads: rows split over that many threads (each row's work and result are the same either way).");
+             "nthreads: rows split over that many threads (each row's work and result are the same either way);\n"
+             "sk0/sk1 int64[L]: spec v3's level keys (required when spec = 3).");
 
 /* Rows [lo, hi) of a step on one thread, with its own copy of the shared state (its own error flag) and its
  * own V-sized buffer. Rows touch disjoint slots (the caller's contract), so threads never share a write. */
@@ -1204,13 +1214,14 @@ static void step_rows(Step *s, double *p, int nt) {
 
 static PyObject *py_sample_step(PyObject *self, PyObject *args) {
     Py_buffer lg, ctx, pay, k0, k1, sched, slots, gen, seen, counts, rnd, out, mk;
+    Py_buffer sk0 = {0}, sk1 = {0};
     int dbl;
     Py_ssize_t B, V, h, K, L, C, segments, stride, spec, S, cap;
     unsigned long long pk0, pk1;
     int nthreads = 1;
-    if (!PyArg_ParseTuple(args, "y*pnny*ny*nny*y*nKKy*nnny*nw*w*w*ny*w*w*|i", &lg, &dbl, &B, &V, &ctx, &h, &pay, &K,
-                          &L, &k0, &k1, &C, &pk0, &pk1, &sched, &segments, &stride, &spec, &slots, &S, &gen, &seen,
-                          &counts, &cap, &rnd, &out, &mk, &nthreads))
+    if (!PyArg_ParseTuple(args, "y*pnny*ny*nny*y*nKKy*nnny*nw*w*w*ny*w*w*|iy*y*", &lg, &dbl, &B, &V, &ctx, &h, &pay,
+                          &K, &L, &k0, &k1, &C, &pk0, &pk1, &sched, &segments, &stride, &spec, &slots, &S, &gen,
+                          &seen, &counts, &cap, &rnd, &out, &mk, &nthreads, &sk0, &sk1))
         return NULL;
     PyObject *result = NULL;
     double *p = NULL;
@@ -1231,6 +1242,10 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
         !check_len(&seen, S * cap * nw * 8, "seen") || !check_len(&counts, S * 8, "counts") ||
         !check_len(&rnd, B * 8, "rand") || !check_len(&out, B * 8, "out") || !check_len(&mk, B * 8, "marks"))
         goto done;
+    if (spec == 3 && (!sk0.buf || !sk1.buf || !check_len(&sk0, L * 8, "sk0") || !check_len(&sk1, L * 8, "sk1"))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sample_step: spec 3 needs the level keys sk0/sk1");
+        goto done;
+    }
     /* rows over threads only where a row's two passes over V outweigh starting a thread */
     int nt = nthreads < 1 ? 1 : (nthreads > STEP_THREADS_MAX ? STEP_THREADS_MAX : nthreads);
     if (nt > B) nt = (int)(B < 1 ? 1 : B);
@@ -1243,7 +1258,7 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
     {
         Step s = {lg.buf, dbl, B, V, h, K, L, C, nsched, segments, stride, spec, cap, nw, ctx.buf, pay.buf,
                   sched.buf, slots.buf, S, k0.buf, k1.buf, pk0, pk1, gen.buf, counts.buf, out.buf, mk.buf, seen.buf,
-                  rnd.buf, 0};
+                  rnd.buf, 0, spec == 3 ? sk0.buf : NULL, spec == 3 ? sk1.buf : NULL};
         Py_BEGIN_ALLOW_THREADS
         step_rows(&s, p, nt);
         Py_END_ALLOW_THREADS
@@ -1273,6 +1288,8 @@ done:
     PyBuffer_Release(&rnd);
     PyBuffer_Release(&out);
     PyBuffer_Release(&mk);
+    if (sk0.buf) PyBuffer_Release(&sk0);
+    if (sk1.buf) PyBuffer_Release(&sk1);
     return result;
 }
 
@@ -1331,6 +1348,6 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
     isa = &isas[0];
     while (!isa_supported(isa)) isa++; /* the last path, generic, is always supported */
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 5);
+    if (m) PyModule_AddIntConstant(m, "ABI", 6);
     return m;
 }

@@ -13,8 +13,7 @@ Backends (same tokens for marked rows, the reference's draw):
   torch   element-wise torch (gpu/prf.py + gpu/sampler.route_and_sample), any device: the readable fallback.
 A new spec version adds one branch where the level seeds are derived (`HeroSampler.level_seeds` for torch,
 `level_seed` in the C source, `_level_seed` in the Triton kernel); everything else is shared. Spec v3 (one
-SipHash seed per token and level XOR the value key) has its torch and C branches: on CUDA a v3 profile runs
-the torch step until the Triton step gains its branch (TRITON_SPEC_VERSIONS).
+SipHash seed per token and level XOR the value key) has its branch in all three.
 
 The context log stores each continuation context's packed SipHash message words (h//2 + 1 int64), so the
 check is exact equality of the h-gram, not a hash. Its capacity grows on the host side (`ensure`), from
@@ -35,7 +34,7 @@ from gpu.sampler import HeroSampler, route_and_sample
 BACKENDS = ("native", "triton", "torch")
 SPEC_VERSIONS = (1, 2, 3)
 NATIVE_SPEC_VERSIONS = (1, 2, 3)  # what the C step implements
-TRITON_SPEC_VERSIONS = (1, 2)  # what the Triton step implements; v3 on CUDA runs the torch step
+TRITON_SPEC_VERSIONS = (1, 2, 3)  # what the Triton step implements
 
 
 _IMPLEMENTS = {"native": NATIVE_SPEC_VERSIONS, "triton": TRITON_SPEC_VERSIONS, "torch": SPEC_VERSIONS}
@@ -119,12 +118,16 @@ class FusedSampler:
         # read once here: a per-step int(tensor) would sync with the device
         self.position_key = (int(sampler.pos_k0), int(sampler.pos_k1))
         self.position_words = torch.stack([sampler.pos_k0, sampler.pos_k1]).to(torch.int64)
-        # spec v3: each level's SipHash key words, for the native step ([L] int64 each; () for v1/v2)
+        # spec v3: each level's SipHash key words (zeros for v1/v2): [L, 2] on the device (Triton), and the two
+        # columns as host arrays (the native step; () for v1/v2)
+        zero = torch.zeros(1, dtype=torch.int64, device=self.device)
+        words = [w if w is not None else (zero, zero) for w in sampler.seed_words]
+        self.seed_key_words = torch.stack([torch.cat([w[0].reshape(1), w[1].reshape(1)]) for w in words]).to(
+            torch.int64).contiguous()
         self._cpu_seed_keys: tuple = ()
         if spec_version == 3:
-            words = [w if w is not None else (torch.zeros(1, dtype=torch.int64),) * 2 for w in sampler.seed_words]
-            self._cpu_seed_keys = tuple(torch.cat([w[i].reshape(1).cpu() for w in words]).to(torch.int64).numpy()
-                                        for i in (0, 1))
+            host = self.seed_key_words.cpu()
+            self._cpu_seed_keys = (host[:, 0].contiguous().numpy(), host[:, 1].contiguous().numpy())
 
     def __repr__(self) -> str:  # never the key words
         return f"FusedSampler(levels={self.base.levels}, h={self.h}, spec_version={self.spec_version})"

@@ -72,10 +72,15 @@ if triton is not None:
         return lo, v0 ^ v1 ^ v2 ^ v3
 
     @triton.jit
-    def _level_seed(k0, k1, ctx_ptr, H: tl.constexpr, SPEC: tl.constexpr):
-        """The spec-version branch of a level's seed (v1 and v2: SipHash of the h-gram)."""
-        tl.static_assert(SPEC == 1 or SPEC == 2)
-        return _sip_ctx(k0, k1, ctx_ptr, H)
+    def _level_seed(k0, k1, sk0, sk1, ctx_ptr, H: tl.constexpr, SPEC: tl.constexpr):
+        """The spec-version branch of a level's seed: v1 and v2, SipHash of the h-gram under the entry key
+        (k0, k1); v3, SipHash under the level key (sk0, sk1), then the entry's value key XORed in."""
+        tl.static_assert(SPEC == 1 or SPEC == 2 or SPEC == 3)
+        if SPEC == 3:
+            a, b = _sip_ctx(sk0, sk1, ctx_ptr, H)
+            return a ^ k0, b ^ k1
+        else:
+            return _sip_ctx(k0, k1, ctx_ptr, H)
 
     @triton.jit
     def _token_at(y, V, stride):
@@ -96,8 +101,8 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["segments", "stride", "cap"])
     def _step_kernel(
-        x_ptr, ctx_ptr, slot_ptr, pay_ptr, k0_ptr, k1_ptr, sched_ptr, pos_ptr, gen_ptr, log_ptr, cnt_ptr, rnd_ptr,
-        out_ptr, mark_ptr,
+        x_ptr, ctx_ptr, slot_ptr, pay_ptr, k0_ptr, k1_ptr, sk_ptr, sched_ptr, pos_ptr, gen_ptr, log_ptr, cnt_ptr,
+        rnd_ptr, out_ptr, mark_ptr,
         V, C, K, segments, stride, cap,
         H: tl.constexpr, L: tl.constexpr, NW: tl.constexpr, SPEC: tl.constexpr, BLOCK: tl.constexpr,
         LOG_BLOCK: tl.constexpr,
@@ -155,7 +160,9 @@ if triton is not None:
             for lv in tl.static_range(L):
                 m = tl.load(pay_ptr + (slot * K + seg) * L + lv)
                 s0, s1 = _level_seed(tl.load(k0_ptr + lv * C + m).to(tl.uint64, bitcast=True),
-                                     tl.load(k1_ptr + lv * C + m).to(tl.uint64, bitcast=True), crow, H, SPEC)
+                                     tl.load(k1_ptr + lv * C + m).to(tl.uint64, bitcast=True),
+                                     tl.load(sk_ptr + 2 * lv).to(tl.uint64, bitcast=True),
+                                     tl.load(sk_ptr + 2 * lv + 1).to(tl.uint64, bitcast=True), crow, H, SPEC)
                 if lv < L - 1:  # routing level: Gumbel-max over chunk masses
                     k = tl.load(sched_ptr + lv)
                     a = size // k
@@ -225,7 +232,8 @@ def fused_step(fs, logits: Tensor, contexts: Tensor, payload: Tensor, generated:
     out = torch.empty(b, dtype=torch.int64, device=dev)
     marks = torch.empty(b, dtype=torch.int64, device=dev)
     _step_kernel[(b,)](
-        x, ctx, slots.to(dev).contiguous(), pay, s.k0, s.k1, fs._schedule if s.schedule else fs._schedule.new_zeros(1),
+        x, ctx, slots.to(dev).contiguous(), pay, s.k0, s.k1, fs.seed_key_words,
+        fs._schedule if s.schedule else fs._schedule.new_zeros(1),
         fs.position_words, generated,
         log.words, log.counts, rnd, out, marks, v, s.k0.shape[1], pay.shape[1], s.segments, s.stride, log.capacity,
         H=fs.h, L=s.levels, NW=fs.h // 2 + 1, SPEC=fs.spec_version, BLOCK=BLOCK, LOG_BLOCK=LOG_BLOCK,

@@ -257,6 +257,7 @@ def test_triton_step_in_interpreter():
             "t.check_backend('triton', dtypes=(__import__('torch').float64,), n_random=6)\n"
             "for spec in (1, 2):\n    t.check_marks('triton', spec, steps=8)\n"
             "t.check_marks('triton', 2, slotted=True, steps=8)\n"
+            "t.check_v3('triton', dtypes=(__import__('torch').float64,))\n"
             "print('ok')\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -271,7 +272,17 @@ def test_step_on_cuda_matches_reference(backend):
     check_backend(backend, device="cuda")
 
 
-def _v3_cases():
+@has_cuda
+@pytest.mark.skipif(not HAS_TRITON, reason="triton not installed")
+def test_v3_step_on_cuda_matches_the_frozen_vectors():
+    for backend in ("triton", "torch"):
+        for fs, logits, ctx, pay, want in _v3_cases("cuda"):
+            tokens, marks = _one_step(fs, torch.tensor(logits, dtype=torch.float64), torch.tensor(ctx), pay,
+                                      backend, device="cuda")
+            assert bool(marks.all()) and tokens.cpu().tolist() == [want], backend
+
+
+def _v3_cases(device: str = "cpu"):
     """Spec v3's frozen sample vectors: (FusedSampler over the engine's v3 sampler, logits, context, payload, token)."""
     from verifier.engine.generation import make_sampler
 
@@ -286,7 +297,7 @@ def _v3_cases():
         })
         masters = [bytes.fromhex(m) for m in v["masters"]]
         ks = KeySet(tuple(derive_level_table(m, profile, lv, "t") for lv, m in enumerate(masters, start=1)))
-        fs = FusedSampler(make_sampler(profile, ks), len(v["context"]), 3)
+        fs = FusedSampler(make_sampler(profile, ks, device), len(v["context"]), 3)
         pay = torch.tensor([encode_payload(profile, {f"f{i}": x for i, x in enumerate(v["values"])})])
         out.append((fs, [v["logits"]], [v["context"]], pay, v["token"]))
     return out
@@ -295,16 +306,18 @@ def _v3_cases():
 @pytest.mark.parametrize("backend", [None, *CPU_BACKENDS])
 def test_v3_step_matches_the_frozen_vectors(backend):
     """Spec v3 in the fused step (what the vLLM plugin and HeroWatermarkingConfig call): the default backend
-    (native on a CPU with the C kernel built), the C and the torch steps give the frozen v3 token; the Triton
-    step refuses v3 rather than draw with another construction."""
+    (native on a CPU with the C kernel built), the C and the torch steps give the frozen v3 token (the Triton
+    step: `test_triton_step_in_interpreter`)."""
+    check_v3(backend)
+
+
+def check_v3(backend: str | None, dtypes=(torch.float64, torch.float32)) -> None:
     cases = _v3_cases()
     assert cases
     for fs, logits, ctx, pay, want in cases:
-        for dtype in (torch.float64, torch.float32):
+        for dtype in dtypes:
             tokens, marks = _one_step(fs, torch.tensor(logits, dtype=dtype), torch.tensor(ctx), pay, backend)
             assert bool(marks.all()) and tokens.tolist() == [want], (backend, dtype)
-        with pytest.raises(ValueError, match="spec versions"):
-            _one_step(fs, torch.tensor(logits), torch.tensor(ctx), pay, "triton")
 
 
 @pytest.mark.skipif(not native_ok, reason="C kernel not built")

@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from _common import emit
+from _common import alternate, emit
 
 POOL = 32
 TOKENS = 200
@@ -135,24 +134,8 @@ def ab(a) -> None:
     dirs = [str(Path(d).resolve()) for d in a.ab]
     args = ["--device", a.device, "--batch", str(a.batch[0]), "--profile", a.profile, "--role", a.role,
             "--marked", str(a.marked)]
-    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", d, *args], cwd=d,
-                              env={k: v for k, v in os.environ.items() if not k.startswith("HERO_")},
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-             for d in dirs]
-    try:
-        for d, p in zip(dirs, procs, strict=True):
-            if p.stdout.readline().split() != ["ready", d]:
-                raise SystemExit(f"the worker for {d} failed to start or ran other code (is its C kernel built?)")
-        secs: list[list[float]] = [[], []]
-        for r in range(a.rounds):
-            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
-                procs[k].stdin.write("go\n")
-                procs[k].stdin.flush()
-                secs[k].append(float(procs[k].stdout.readline()))
-    finally:
-        for p in procs:
-            p.stdin.close()
-            p.wait(60)
+    secs = alternate([([sys.executable, str(Path(__file__).resolve()), "--worker", d, *args], d) for d in dirs],
+                     a.rounds)
     ratios = [n / b for b, n in zip(*secs, strict=True)]
     emit({"bench": "decode-path-ab", "device": a.device, "profile": a.profile, "role": a.role, "batch": a.batch[0],
           "marked": a.marked, "rounds": a.rounds, "base": dirs[0], "new": dirs[1],

@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import emit
+from _common import alternate, emit
 
 BATCHES_PER_ROUND = 4
 
@@ -79,27 +78,8 @@ def main() -> None:
         worker(a.base, a.callers, a.texts)
         return
     dirs = [str(Path(d).resolve()) for d in (a.base, a.new)]
-    procs = []
-    for d in dirs:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HERO_")}
-        procs.append(subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), d, d, "--worker", "--callers", str(a.callers),
-             "--texts", str(a.texts)], cwd=d, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True))
-    try:
-        for d, p in zip(dirs, procs, strict=True):
-            if p.stdout.readline().split() != ["ready", d]:
-                raise SystemExit(f"the worker for {d} failed to start or ran other code (is its C kernel built?)")
-        us: list[list[float]] = [[], []]
-        for r in range(a.rounds):
-            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
-                procs[k].stdin.write("go\n")
-                procs[k].stdin.flush()
-                us[k].append(float(procs[k].stdout.readline()))
-    finally:
-        for p in procs:
-            p.stdin.close()
-            p.wait(60)
+    us = alternate([([sys.executable, str(Path(__file__).resolve()), d, d, "--worker", "--callers", str(a.callers),
+                      "--texts", str(a.texts)], d) for d in dirs], a.rounds)
     ratios = [b / a for a, b in zip(us[0], us[1], strict=True)]
     emit({"bench": "verify-batch-ab", "texts_per_batch": a.callers * a.texts, "rounds": a.rounds,
           "base": dirs[0], "new": dirs[1],

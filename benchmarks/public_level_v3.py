@@ -8,6 +8,8 @@ per (profile, setting, batch), so an interrupted run resumes and analysis reruns
 Under v3 a value's key does not depend on the field width (HKDF info carries the value only), so one set of
 texts made with model ids < 2^6 is decoded with public tables of 2^6, 2^8, 2^10 and 2^12 values: the release
 rate of each candidate field width from the same texts (the width only changes the multiple-testing cost).
+At the shipped width the one-value test is measured too (`expect: {"model": m}`, verifier/engine/expected.py):
+how often the true model matches (p <= 1e-4), and how often another model or human text does.
 
     python benchmarks/public_level_v3.py generate --profile v3 --setting t1 --texts 200 --batch 50
     python benchmarks/public_level_v3.py generate --profile default --setting t1 --texts 200 --batch 50
@@ -27,7 +29,9 @@ import torch
 from verifier.engine.keys import KeyTable, derive_level_table
 from verifier.engine.profile import resolve_profile
 
-LENGTHS = (50, 100, 200)
+LENGTHS = (25, 50, 100, 200)
+EXPECT_WIDTH = 8  # the shipped public width: the one-value test (`expect`) is measured there
+WRONG = 5  # other model ids asked about per text (the one-value test's false matches)
 SETTINGS = {"t1": (1.0, None, None), "provider": (1.0, 50, 0.9)}
 CACHE = Path(".cache/public_level_v3")
 WIDTHS = (6, 8, 10, 12)
@@ -69,6 +73,13 @@ def generate(args) -> None:
         torch.save({"profile": profile.name, "setting": args.setting, "payloads": payloads,
                     "ids": [x.token_ids for x in gens], "seed": args.seed}, path)
         print(f"{path}: {len(batch)} texts in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def _ks_uniform(ps: list[float]) -> dict:
+    from scipy import stats
+
+    r = stats.kstest(ps, "uniform")
+    return {"n": len(ps), "D": round(float(r.statistic), 4), "p": round(float(r.pvalue), 4)}
 
 
 def _wilson(k: int, n: int, z: float = 1.96) -> list[float]:
@@ -134,13 +145,27 @@ def analyse(args) -> None:
                 cell[f"wrong_{n}"] = wrong
                 cell[f"detected_1e-3_{n}"] = det / len(ids)
                 cell[f"statuses_{n}"] = {s: sum(r.levels[0].status == s for r in res)
-                                         for s in ("decoded", "absent", "mixed")}
+                                         for s in ("decoded", "detected", "absent", "mixed")}
+                if width == EXPECT_WIDTH:
+                    cell.update(_expect_cell(dec, [x[:n] for x in ids], truth, n))
             report["cells"].append(cell)
             print(json.dumps(cell), flush=True)
     if args.humans:
         report["humans"] = humans(args)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _expect_cell(dec, ids: list, truth: list[int], n: int) -> dict:
+    """The one-value test at prefix n: true model matched, and false matches over WRONG other ids per text."""
+    from verifier.engine.expected import expected_log_p
+
+    alpha = math.log(1e-4)
+    hit = sum(float(expected_log_p(dec, [x], 1, t, [None])[0]) <= alpha for x, t in zip(ids, truth, strict=True))
+    false = sum(float(expected_log_p(dec, [x], 1, (t + 1 + 37 * j) % (1 << EXPECT_WIDTH), [None])[0]) <= alpha
+                for x, t in zip(ids, truth, strict=True) for j in range(WRONG))
+    return {f"expect_match_{n}": hit / len(ids), f"expect_match_{n}_ci95": _wilson(hit, len(ids)),
+            f"expect_false_{n}": [false, WRONG * len(ids)]}
 
 
 def humans(args) -> dict:
@@ -161,6 +186,14 @@ def humans(args) -> dict:
         out[f"model_bits_{width}"] = {"texts": len(ids), "released_or_mixed": released,
                                       "fpr_1e-3": sum(r.p_value <= 1e-3 for r in res) / len(ids),
                                       "watermarked_1e-4": sum(r.watermarked for r in res)}
+        if width == EXPECT_WIDTH:
+            from verifier.engine.expected import expected_log_p
+
+            dec = Decoder(prof, {1: _moderator_tables(prof, _masters(args.seed)[0], width)})
+            lp = [float(expected_log_p(dec, [x], 1, (7 * i + j) % (1 << width), [None])[0])
+                  for i, x in enumerate(ids) for j in range(WRONG)]
+            out[f"model_bits_{width}"]["expect_false"] = [sum(x <= math.log(1e-4) for x in lp), len(lp)]
+            out[f"model_bits_{width}"]["expect_p_ks"] = _ks_uniform([math.exp(x) for x in lp])
         print(json.dumps({"humans": width, **out[f"model_bits_{width}"]}), flush=True)
     return out
 

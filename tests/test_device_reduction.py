@@ -43,15 +43,17 @@ def test_region_tops_are_the_fixed_order_sums_and_their_best_two(per_value, cell
     scores, counts = _case(3, 6, w, cells, c, k)
     tops = region_tops(scores, counts, per_value)
     regions = bounds(w)
-    assert tops.values.shape == (6, len(regions), cells, 2) and tops.tokens.shape == (6, len(regions), cells)
+    scan = tops.scan(range(6)) if w > 1 else None
+    assert tops.values.shape == (6, cells, 2) and tops.tokens.shape == (6, cells)
     s = scores.numpy()
     cell_counts = counts.numpy().sum(-1, keepdims=True) if per_value else counts.numpy()
     for r, (lo, hi) in enumerate(regions):
+        values, index, tokens = (tops.values, tops.index, tops.tokens) if r == 0 else (x[:, r - 1] for x in scan)
         ref = _reference_sum(s, lo, hi)  # [B, cells, C]
         order = np.argsort(-ref, axis=-1, kind="stable")[..., :2]
-        np.testing.assert_array_equal(tops.index[:, r], order)
-        assert np.array_equal(tops.values[:, r], np.take_along_axis(ref, order, -1))  # bit for bit
-        np.testing.assert_array_equal(tops.tokens[:, r], cell_counts[:, lo:hi].sum(1))
+        np.testing.assert_array_equal(index, order)
+        assert np.array_equal(values, np.take_along_axis(ref, order, -1))  # bit for bit
+        np.testing.assert_array_equal(tokens, cell_counts[:, lo:hi].sum(1))
         assert np.array_equal(tops.region_scores([(i, r) for i in range(6)]), ref)
 
 
@@ -61,6 +63,8 @@ def test_a_subset_is_reduced_as_it_is_alone():
     rows = [5, 0, 3]
     sub, alone = tops.take(rows), region_tops(scores[rows], counts[rows], True)
     assert np.array_equal(sub.values, alone.values) and np.array_equal(sub.index, alone.index)
+    assert all(np.array_equal(a, b) for a, b in zip(sub.scan([2, 0]), alone.scan([2, 0]), strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(tops.scan([3]), alone.scan([2]), strict=True))
     assert np.array_equal(sub.region_scores([(0, 2), (2, 9)]), alone.region_scores([(0, 2), (2, 9)]))
 
 

@@ -113,9 +113,14 @@ def _regions(vals: np.ndarray, idx: np.ndarray, nn: np.ndarray, c: int) -> _Regi
     return _Regions(nn, idx[..., 0], idx[..., -1], lp1, lp2, stats.log_fisher_array(lp1, live))
 
 
-def _row_regions(tops: RegionTops, rows: np.ndarray, region: slice) -> _Regions:
-    """`_regions` of the given texts' regions (a slice of gpu/regions.bounds' rows), flattened text-major."""
-    v, i, n = tops.values[rows, region], tops.index[rows, region], tops.tokens[rows, region]
+def _whole(tops: RegionTops) -> _Regions:
+    """`_regions` of every text's whole-text region."""
+    return _regions(tops.values, tops.index, tops.tokens, int(tops.scores.shape[-1]))
+
+
+def _scanned(tops: RegionTops, rows: list[int]) -> _Regions:
+    """`_regions` of the prefix/suffix regions of texts `rows` (gpu/regions.RegionTops.scan), text-major."""
+    v, i, n = tops.scan(rows)
     c = int(tops.scores.shape[-1])
     return _regions(v.reshape(-1, *v.shape[2:]), i.reshape(-1, *i.shape[2:]), n.reshape(-1, n.shape[-1]), c)
 
@@ -288,7 +293,7 @@ def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
 def whole_text_log_p(tops: RegionTops) -> np.ndarray:
     """Per text [B], the level's whole-text log p-value at one key version (no correction for versions):
     Fisher over the cells with tokens of each cell's max-of-C tail. Picks the version that made a text."""
-    return _row_regions(tops, np.arange(tops.values.shape[0]), slice(0, 1)).level_log_p
+    return _whole(tops).level_log_p
 
 
 # Texts whose prefix/suffix regions' tails are computed together (bounds the host's per-call arrays).
@@ -310,7 +315,7 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
     result is the one it gets alone."""
     b, windows = tops.values.shape[0], tops.windows
     regions_at = bounds(windows)
-    full = _row_regions(tops, np.arange(b), slice(0, 1))
+    full = _whole(tops)
     log_v = math.log(max(versions, 1))
     log_alpha = math.log(alpha)
     level_lp = np.minimum(0.0, full.level_log_p + log_v)
@@ -331,7 +336,7 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
     m = len(regions_at) - 1
     for lo in range(0, len(hits), REGION_CHUNK):
         idx = hits[lo : lo + REGION_CHUNK]
-        scanned = _row_regions(tops, np.array(idx), slice(1, None)) if m else None
+        scanned = _scanned(tops, idx) if m else None
         for j, i in enumerate(idx):
             rows = [_Region.of(scanned, j * m + k, *regions_at[k + 1], k + 1) for k in range(m)] if scanned else []
             lp = opened_level(float(level_lp[i]), rows, windows, log_v, log_alpha)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import shutil
+import tempfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +46,7 @@ def write_bundle(tmp, profile, keyset) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def engine():
     from vllm import LLM
 
     from verifier.lm import cache_dir, load_model
@@ -52,7 +55,10 @@ def engine(tmp_path_factory):
     load_model("smollm2")  # converts the shipped GGUF into the HF cache folder once
     profile = default_profile()
     keyset = make_keyset(profile)
-    env = write_bundle(tmp_path_factory.mktemp("hero"), profile, keyset)
+    # its own directory, not pytest's numbered base: a second pytest session on the machine (e.g. scripts/test
+    # beside scripts/test-vllm) may prune or reuse that one while the engine still reads these files
+    home = Path(tempfile.mkdtemp(prefix="hero-vllm-"))
+    env = write_bundle(home, profile, keyset)
     saved = {k: os.environ.get(k) for k in (*env, plugin.ENV_ENFORCE)}
     os.environ.update(env)
     os.environ.pop(plugin.ENV_ENFORCE, None)
@@ -66,6 +72,7 @@ def engine(tmp_path_factory):
         else:
             os.environ[k] = v
     plugin.reset_keys()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def test_plugin_is_registered_on_vllms_entry_point():

@@ -87,7 +87,9 @@ def section(results: dict) -> list[str]:
         "decoded model-free (equal weights, the default) and model-aware (the LM re-run over the text alone weighs "
         "each token; spec section 16) on the **same texts**. Every figure is a k/n rate with its Wilson 95% "
         "interval; a goal counts as met on the point estimate, and the verdict says when the interval's lower "
-        "bound does not confirm it. Settings, prompts, users and human texts as in the attribution section below.\n",
+        "bound does not confirm it. Settings, prompts, users and human texts as in the attribution section below. "
+        "The public `model` at 200 texts per cell, and the one-value test (`expect`), are measured by their own "
+        "harness in [../spec-v3.md](../spec-v3.md).\n",
         "| figure | goal, T = 1 | T = 1 | verdict | goal, top-k 50 / top-p 0.9 | top-k 50 / top-p 0.9 | verdict |",
         "|---|---|---|---|---|---|---|",
     ]

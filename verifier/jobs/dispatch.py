@@ -105,6 +105,10 @@ class CeleryDispatcher:
         send_drain(self.app, job_id)
 
     def ping(self) -> None:
+        if self.url.split("://", 1)[0] not in ("redis", "rediss"):  # another Celery transport (e.g. sqla+...)
+            with self.app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=1.0)
+            return
         import redis
 
         client = redis.Redis.from_url(self.url, socket_connect_timeout=1.0, socket_timeout=1.0)

@@ -32,12 +32,7 @@ from gpu import prf
 from gpu.sampler import HeroSampler, route_and_sample
 
 BACKENDS = ("native", "triton", "torch")
-SPEC_VERSIONS = (1, 2, 3)
-NATIVE_SPEC_VERSIONS = (1, 2, 3)  # what the C step implements
-TRITON_SPEC_VERSIONS = (1, 2, 3)  # what the Triton step implements
-
-
-_IMPLEMENTS = {"native": NATIVE_SPEC_VERSIONS, "triton": TRITON_SPEC_VERSIONS, "torch": SPEC_VERSIONS}
+SPEC_VERSIONS = (1, 2, 3)  # every backend implements every one of them
 
 
 def message_words(h: int) -> int:
@@ -156,12 +151,8 @@ class FusedSampler:
         """
         if backend is None:
             backend = pick_backend(logits)
-            if self.spec_version not in _IMPLEMENTS.get(backend, SPEC_VERSIONS):
-                backend = "torch"
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}")
-        if self.spec_version not in _IMPLEMENTS.get(backend, SPEC_VERSIONS):
-            raise ValueError(f"the {backend} step implements spec versions {_IMPLEMENTS[backend]}; use torch")
         b = logits.shape[0]
         n = generated.shape[0]
         if slots is None:

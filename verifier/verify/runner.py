@@ -124,15 +124,13 @@ class Runner:
         results = [shape(r, job.level) for r in raw]
         if job.expect:
             assert ids is not None
-            self._expected(job, entry, decoder, ids, results)
+            self._expected(job, decoder, ids, results)
         return Decoded(results, handed_summary(entry.material))
 
-    def _expected(self, job: DecodeJob, entry: CachedMaterial, decoder: Decoder | None, ids: list[list[int]],
-                  results: list[dict]) -> None:
-        """Each result's `expected`: the one-value test of the asked values (engine/expected.py), model-free,
-        deeper levels under the level-1 version the text's decode named."""
-        decoder = decoder or make_decoder(job.profile, entry.material.tables, alpha=job.alpha,
-                                          unavailable=entry.material.unavailable, device=job.device)
+    def _expected(self, job: DecodeJob, decoder: Decoder | None, ids: list[list[int]], results: list[dict]) -> None:
+        """Each result's `expected`: the one-value test of the asked values (engine/expected.py), model-free, with
+        the decoder this job decoded with (None: no usable table), deeper levels under the level-1 version the
+        text's decode named."""
         if decoder is None or any(lv not in decoder.tables for lv, _ in job.expect):
             for r in results:
                 r["expected"] = []  # no usable key for the level: no test (its levels say why)

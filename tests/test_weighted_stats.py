@@ -18,7 +18,14 @@ from verifier.engine import reference, stats, weighted
 from verifier.engine.decoder import Decoder
 from verifier.engine.model_aware import routing_prefixes
 from verifier.engine.profile import make_profile, profile_from_dict
-from verifier.engine.weighted_decode import MODEL_AWARE, WeightedDecoder, Weighting
+from verifier.engine.weighted_decode import (
+    LIKELIHOOD_RATIO,
+    LINEAR,
+    MODEL_AWARE,
+    STATISTICS,
+    WeightedDecoder,
+    Weighting,
+)
 
 PROFILE = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), spec_version=2)
 # the v3 construction (one seed per token and level, one Philox block per value), both levels per value
@@ -29,22 +36,23 @@ PROFILE_V3 = profile_from_dict({
 })
 
 
-def _weights(n: int, seed: int) -> np.ndarray:
+def _weights(n: int, seed: int, statistic: str = LINEAR) -> np.ndarray:
     """Weights as model-aware scoring makes them: from token probabilities spread over (1e-4, 1)."""
     rng = np.random.default_rng(seed)
     p = np.exp(-rng.exponential(2.0, n))
-    return Weighting()(p)
+    return Weighting(statistic)(p)
 
 
-def _saddle_x(w: np.ndarray, log_q: float) -> float:
-    """x with weighted_log_sf(w, x) = log_q (bisection)."""
+def _saddle_x(w: np.ndarray, log_q: float, lower: bool = False) -> float:
+    """x with weighted_log_sf(w, x) = log_q, or weighted_log_cdf (`lower`) (bisection)."""
     lo, hi = 0.0, 10.0 * w.sum() + 100.0
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        if weighted.weighted_log_sf(w[None], np.array([mid]))[0] > log_q:
-            lo = mid
+        if lower:
+            below = weighted.weighted_log_cdf(w[None], np.array([mid]))[0] < log_q
         else:
-            hi = mid
+            below = weighted.weighted_log_sf(w[None], np.array([mid]))[0] > log_q
+        lo, hi = (mid, hi) if below else (lo, mid)
     return 0.5 * (lo + hi)
 
 
@@ -78,6 +86,48 @@ def test_saddlepoint_tail_within_ten_percent_of_monte_carlo_at_1e4(n):
         assert abs(np.exp(log_q) / est - 1) < 0.10, (n, np.exp(log_q), est)
 
 
+@pytest.mark.parametrize("n", [5, 20, 60, 200])
+def test_lower_tail_within_ten_percent_of_monte_carlo(n):
+    """The likelihood-ratio statistic's tail (engine/weighted.weighted_log_cdf: P[sum w Y <= x]) against
+    importance-sampling Monte Carlo tilted at its (negative) saddlepoint, at 1e-4 and 1e-10, and plain Monte
+    Carlo at 1e-2; weights 1/p - 1 clipped at 5, as model-aware scoring makes them."""
+    w = _weights(n, seed=n, statistic=LIKELIHOOD_RATIO)
+    w = w[w > 0]
+    rng = np.random.default_rng(200 + n)
+    for log_q, tilted in [(np.log(1e-4), True), (np.log(1e-10), True), (np.log(1e-2), False)]:
+        x = _saddle_x(w, log_q, lower=True)
+        draws = 200_000
+        if tilted:
+            s = weighted._saddlepoint(w[None], np.array([x]))[0]
+            assert s < 0
+            rate = 1.0 - w * s
+            t = (rng.exponential(1.0, (draws, w.size)) / rate * w).sum(axis=1)
+            est = np.mean((t <= x) * np.exp(-np.log(rate).sum() - s * t))
+        else:
+            est = np.mean((rng.exponential(1.0, (draws, w.size)) * w).sum(axis=1) <= x)
+        assert abs(np.exp(log_q) / est - 1) < 0.10, (n, np.exp(log_q), est)
+
+
+def test_lower_tail_with_equal_weights_is_the_gamma_distribution_function():
+    for n, x in [(1, 0.01), (7, 1.0), (50, 30.0), (200, 150.0)]:
+        got = weighted.weighted_log_cdf(np.full((1, n), 2.0), np.array([2.0 * x]))[0]
+        assert got == pytest.approx(float(np.log(sps.gamma(n).cdf(x))), rel=1e-10)
+    assert weighted.weighted_log_cdf(np.zeros((2, 3)), np.array([0.0, -1.0])).tolist() == [0.0, -np.inf]
+    w = _weights(80, seed=4, statistic=LIKELIHOOD_RATIO)
+    xs = np.linspace(0.01, w.sum(), 50)
+    lcdf = weighted.weighted_log_cdf(np.broadcast_to(w, (xs.size, w.size)), xs)
+    assert np.all(np.diff(lcdf) > 0) and np.isfinite(lcdf).all() and lcdf[-1] < 0
+
+
+def test_likelihood_ratio_weights_are_the_odds_against_the_token_clipped(decoder):
+    w = Weighting(LIKELIHOOD_RATIO, clip=5.0)(np.array([1.0, 0.5, 0.25, 0.01, 1e-9]))
+    assert w.tolist() == pytest.approx([0.0, 1.0, 3.0, 5.0, 5.0])
+    with pytest.raises(ValueError, match="statistic"):
+        Weighting("sum")
+    with pytest.raises(ValueError, match="statistic"):
+        WeightedDecoder(decoder, statistic="sum")
+
+
 def test_tail_keeps_its_digits_far_out_and_is_monotone():
     w = _weights(100, seed=3)
     xs = np.linspace(1.0, 40 * w.sum(), 200)
@@ -96,7 +146,7 @@ def test_optimal_weight_is_zero_for_certain_tokens_and_grows_slowly():
     w = weighted.optimal_weight(np.array([1.0, 0.5, 0.1, 1e-3, 1e-6]))
     assert w[0] == pytest.approx(0.0, abs=1e-12) and np.all(np.diff(w) > 0)
     assert w[1] == pytest.approx(0.5) and w[-1] < 14  # H(2) - 1; ~log(1/p) - 0.42
-    assert Weighting(clip=3.0)(np.array([1e-9]))[0] == 3.0
+    assert Weighting(LINEAR, clip=3.0)(np.array([1e-9]))[0] == 3.0
 
 
 def test_routing_prefixes_follow_the_reference_routing():
@@ -126,13 +176,13 @@ def _payloads(rng, n, model=None):
             for _ in range(n)]
 
 
-def _text_weights(batch, seed=0):
+def _text_weights(batch, seed=0, statistic=LINEAR):
     """A function of the text only (as model-aware weights are): per scored token, from a hash of its ids."""
     out = []
     for ids in batch:
         pos = reference.scored_positions(ids, PROFILE.context_width)
         p = np.array([[(hash((seed, ids[t - 1], ids[t], lv)) % 1000 + 1) / 1000.0 for lv in (1, 2)] for t in pos])
-        out.append(Weighting()(p.reshape(-1, 2)))
+        out.append(Weighting(statistic)(p.reshape(-1, 2)))
     return out
 
 
@@ -170,7 +220,8 @@ def test_equal_weights_reproduce_model_free_decoding(profile):
             assert la.confidence == pytest.approx(lb.confidence, abs=1e-6)
 
 
-def test_generator_weights_name_more_users_on_short_texts(keys, decoder):
+@pytest.mark.parametrize("statistic", STATISTICS)
+def test_generator_weights_name_more_users_on_short_texts(keys, decoder, statistic):
     """With the generator's own probabilities (the upper bound of model-aware scoring) the weighted statistic
     gives the true user smaller p-values on 30-token low-entropy texts than equal weights, releases it about as
     often or more, and never releases a wrong value. Fresh keys each run: 200 texts, and bounds set from 12
@@ -184,9 +235,9 @@ def test_generator_weights_name_more_users_on_short_texts(keys, decoder):
     weights = []
     for i, x in enumerate(batch):
         pos = reference.scored_positions(x, PROFILE.context_width)
-        weights.append(Weighting(clip=20.0)(p[i, pos]))
+        weights.append(Weighting(statistic, clip=20.0)(p[i, pos]))
     free = decoder.decode_ids(batch)
-    aware = WeightedDecoder(decoder).decode_ids(batch, weights)
+    aware = WeightedDecoder(decoder, statistic=statistic).decode_ids(batch, weights)
     exact = {k: sum(r.levels[1].fields == {"level2": q["level2"]} for r, q in zip(rs, pays, strict=True))
              for k, rs in (("free", free), ("aware", aware))}
     for r, q in zip(aware, pays, strict=True):
@@ -197,14 +248,15 @@ def test_generator_weights_name_more_users_on_short_texts(keys, decoder):
 
 
 @pytest.mark.slow
-def test_null_pvalues_are_uniform_and_release_nothing(keys, decoder):
+@pytest.mark.parametrize("statistic", STATISTICS)
+def test_null_pvalues_are_uniform_and_release_nothing(keys, decoder, statistic):
     """Human-like texts (uniform ids) and watermarked texts read with a wrong key set, weighted by a function
     of the text: every level's p-value is uniform (KS) and no value is released (up to alpha)."""
     human = np.random.default_rng(5).integers(0, PROFILE.vocab_size, size=(200, 80)).tolist()
     other = make_keyset(PROFILE, 2)
     marked = generate(PROFILE, other, _payloads(random.Random(6), 100), 80, seed=23).tolist()
     batch = human + marked
-    res = WeightedDecoder(decoder).decode_ids(batch, _text_weights(batch))
+    res = WeightedDecoder(decoder, statistic=statistic).decode_ids(batch, _text_weights(batch, statistic=statistic))
     flagged = [r for r in res if r.watermarked or any(_named(lv) for lv in r.levels)]
     assert len(flagged) <= 2  # 300 texts x 2 levels at alpha = 1e-4 (+ the region scan)
     for lv in (0, 1):
@@ -215,7 +267,8 @@ def test_null_pvalues_are_uniform_and_release_nothing(keys, decoder):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("share", [0.5, 0.8])
-def test_weighted_splices_name_both_or_one_never_a_third(keys, decoder, share):
+@pytest.mark.parametrize("statistic", STATISTICS)
+def test_weighted_splices_name_both_or_one_never_a_third(keys, decoder, share, statistic):
     rng = random.Random(int(share * 10) + 1)
     n, total = 40, 160
     a_pay, b_pay = _payloads(rng, n, model=77), _payloads(rng, n, model=77)
@@ -223,7 +276,8 @@ def test_weighted_splices_name_both_or_one_never_a_third(keys, decoder, share):
     b = generate(PROFILE, keys, b_pay, total, seed=25)
     cut = int(total * share)
     batch = torch.cat([a[:, :cut], b[:, cut:]], dim=1).tolist()
-    res = WeightedDecoder(decoder).decode_ids(batch, _text_weights(batch, seed=1))
+    res = WeightedDecoder(decoder, statistic=statistic).decode_ids(
+        batch, _text_weights(batch, seed=1, statistic=statistic))
     both = 0
     for r, pa, pb in zip(res, a_pay, b_pay, strict=True):
         named = _named(r.levels[1])
@@ -233,7 +287,8 @@ def test_weighted_splices_name_both_or_one_never_a_third(keys, decoder, share):
     assert both >= (0.6 if share == 0.5 else 0.2) * n
 
 
-def test_weighted_release_names_a_wrong_value_at_most_at_its_bound():
+@pytest.mark.parametrize("statistic", STATISTICS)
+def test_weighted_release_names_a_wrong_value_at_most_at_its_bound(statistic):
     """Spec 13.3's bound for the weighted statistic: a value no source carried is named (decoded, or a
     candidate of `mixed`) with probability at most about 2 alpha per text. Short texts (25 tokens) whose
     weights come from the verifier's noisy probabilities, not the generator's: synthetic evidence (the true
@@ -245,13 +300,13 @@ def test_weighted_release_names_a_wrong_value_at_most_at_its_bound():
     wrong = named = 0
     for _ in range(trials):
         p_gen = np.where(rng.random(n) < 0.4, 0.995, np.exp(-rng.random(n) * 5))
-        w = Weighting()(np.clip(p_gen * np.exp(rng.normal(0.0, 1.0, n)), 1e-6, 1.0))
+        w = Weighting(statistic)(np.clip(p_gen * np.exp(rng.normal(0.0, 1.0, n)), 1e-6, 1.0))
         x = rng.exponential(size=(n, 1, c))
         true = int(rng.integers(c))
         x[:, 0, true] = -np.log1p(-rng.random(n) ** p_gen)
         ev = _TokenEvidence(x, np.zeros(n, dtype=np.int64))
-        full, regions = _weighted_regions(ev, w, windows, True)
-        att = _attribute(full, regions, ev, w, windows, True, 1, alpha, 8)
+        full, regions = _weighted_regions(ev, w, windows, True, statistic)
+        att = _attribute(full, regions, ev, w, windows, True, 1, alpha, 8, statistic)
         values = {att.value} if att.status == "decoded" else {cand.value for cand in att.candidates}
         named += true in values
         wrong += bool(values - {true})

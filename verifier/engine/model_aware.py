@@ -2,17 +2,21 @@
 
 A verifier that holds the profile's language model re-runs it over the text alone (it never sees the
 prompt), in batches on its device (CUDA when present), and reads, at every scored position t, the model's
-next-token distribution P_t at temperature 1 (the verifier does not know the generator's top-k/top-p).
-Under the HeRo sampler level l chose the routing chunk holding x_t among its siblings, so that step's
-probability is p_l = mass(x_t's level-l range) / mass(its level-(l-1) range); the last level's range is
-the token itself. These p_l (a function of the text only) become the weights of the decoder's weighted
-statistic (engine/weighted.py, engine/weighted_decode.py). The model object is handed in (the service binds
+next-token distribution P_t. A deployment that knows how its providers sample (`DeploymentSampling`: their
+temperature, top-k, top-p) re-creates that warp with transformers' own warpers, mixed with the unwarped
+distribution (the re-run never sees the prompt, so a chosen token may fall outside the re-run's nucleus);
+otherwise P_t is the model's distribution at temperature 1. Under the HeRo sampler level l chose the
+routing chunk holding x_t among its siblings, so that step's probability is
+p_l = mass(x_t's level-l range) / mass(its level-(l-1) range); the last level's range is the token itself.
+These p_l (a function of the text only) become the weights of the decoder's weighted statistic
+(engine/weighted.py, engine/weighted_decode.py). The model object is handed in (the service binds
 verifier.lm's loader in verifier/verify/scoring.py): the engine loads no model itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -25,6 +29,57 @@ from verifier.engine.profile import Profile
 from verifier.engine.weighted_decode import WeightedDecoder, Weighting
 
 DEFAULT_BATCH = 16
+DEFAULT_MIX = 0.25
+
+
+@dataclass(frozen=True)
+class DeploymentSampling:
+    """How the deployment's providers sample, as the verifier re-creates it over the text alone.
+
+    The routing step's probability is taken under the *warped* distribution the generator drew from: at
+    top-p 0.9 a position whose nucleus holds one token carries no evidence (weight 0), and the tokens
+    that do are weighed by the in-nucleus odds the generator had. `mix` of the unwarped distribution is
+    kept (P = (1 - mix) warped + mix raw) because the re-run lacks the prompt: a chosen token outside the
+    re-run's nucleus keeps a finite probability (and a clipped weight) instead of an undefined one.
+    A setting of the deployment, never of a request: an auditor who could try several and keep the
+    smallest p-value would no longer hold a calibrated one."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    mix: float = DEFAULT_MIX
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError("temperature must be > 0")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError("top_k must be >= 1")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if not 0 <= self.mix <= 1:
+            raise ValueError("mix must be in [0, 1]")
+
+    @property
+    def warps(self) -> bool:
+        return self.temperature != 1.0 or bool(self.top_k) or (self.top_p is not None and self.top_p < 1)
+
+    def distribution(self, logits: torch.Tensor) -> torch.Tensor:
+        """[n, V] float64 logits -> [n, V] probabilities: the deployment's warp mixed with the raw model."""
+        raw = torch.softmax(logits, dim=-1)
+        if not self.warps:
+            return raw
+        from verifier.engine.generation import make_warpers  # transformers' warpers: the generator's own
+
+        warped = torch.softmax(make_warpers(self.temperature, self.top_k, self.top_p)(None, logits.clone()), dim=-1)
+        return (1.0 - self.mix) * warped + self.mix * raw
+
+    def describe(self) -> str:
+        if not self.warps:
+            return "temperature 1"
+        parts = [f"temperature {self.temperature:g}"]
+        parts += [f"top-k {self.top_k}"] if self.top_k else []
+        parts += [f"top-p {self.top_p:g}"] if self.top_p is not None and self.top_p < 1 else []
+        return ", ".join(parts) + f", mix {self.mix:g}"
 
 
 @lru_cache(maxsize=8)
@@ -57,16 +112,12 @@ def routing_prefixes(profile: Profile) -> np.ndarray:
     return _prefixes(profile.vocab_size, tuple(profile.schedule), profile.routing_stride)
 
 
-def level_probabilities(model, profile: Profile, batch: Sequence[Sequence[int]], *,
-                        batch_size: int = DEFAULT_BATCH) -> list[np.ndarray]:
-    """Per text, [n_scored, levels] float64: p_l of each scored token (reference.scored_positions order).
+def scored_logits(model, batch: Sequence[Sequence[int]], context_width: int, *,
+                  batch_size: int = DEFAULT_BATCH):
+    """Per text (in order): (scored positions, [n_scored, V] float64 logits of P(x_t | x_<t), the text alone).
 
     One forward pass per `batch_size` texts on the model's device, no prompt, right-padded."""
     device = next(model.parameters()).device
-    pref = torch.from_numpy(routing_prefixes(profile)).to(device)  # [L, V]
-    sizes = [int(pref[lv].max()) + 1 for lv in range(pref.shape[0])]
-    h = profile.context_width
-    out: list[np.ndarray] = []
     for lo in range(0, len(batch), batch_size):
         rows = [list(x) for x in batch[lo : lo + batch_size]]
         width = max(1, max(len(r) for r in rows))
@@ -78,23 +129,41 @@ def level_probabilities(model, profile: Profile, batch: Sequence[Sequence[int]],
         with torch.no_grad():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         for i, r in enumerate(rows):
-            pos = reference.scored_positions(r, h)
-            if not pos:
-                out.append(np.zeros((0, len(sizes))))
-                continue
-            t = torch.tensor(pos, device=device)
-            probs = torch.softmax(logits[i, t - 1].double(), dim=-1)  # [n, V]: P(x_t | x_<t), text only
-            tok = torch.tensor([r[p] for p in pos], device=device)
-            prev = torch.ones(len(pos), dtype=torch.float64, device=device)
-            levels = []
-            for lv, size in enumerate(sizes[:-1]):
-                idx = pref[lv].expand(len(pos), -1)
-                mass = torch.zeros(len(pos), size, dtype=torch.float64, device=device).scatter_add_(1, idx, probs)
-                cur = mass.gather(1, pref[lv, tok].unsqueeze(1))[:, 0]
-                levels.append(cur / prev.clamp_min(1e-300))
-                prev = cur
-            levels.append(probs.gather(1, tok.unsqueeze(1))[:, 0] / prev.clamp_min(1e-300))
-            out.append(torch.stack(levels, dim=1).clamp(1e-12, 1.0).cpu().numpy())
+            pos = reference.scored_positions(r, context_width)
+            t = torch.tensor(pos, dtype=torch.int64, device=device)
+            yield pos, logits[i, t - 1].double()
+
+
+def routing_probabilities(profile: Profile, probs: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
+    """[n, V] next-token probabilities and the [n] chosen tokens -> [n, levels] float64 p_l: the chosen
+    routing range's share of its parent's mass at each level (the last level: the token's share)."""
+    n, device = tokens.shape[0], probs.device
+    pref = torch.from_numpy(routing_prefixes(profile)).to(device)  # [L, V]
+    if n == 0:
+        return np.zeros((0, pref.shape[0]))
+    prev = torch.ones(n, dtype=torch.float64, device=device)
+    levels = []
+    for lv in range(pref.shape[0] - 1):
+        idx = pref[lv].expand(n, -1)
+        mass = torch.zeros(n, int(pref[lv].max()) + 1, dtype=torch.float64, device=device).scatter_add_(1, idx, probs)
+        cur = mass.gather(1, pref[lv, tokens].unsqueeze(1))[:, 0]
+        levels.append(cur / prev.clamp_min(1e-300))
+        prev = cur
+    levels.append(probs.gather(1, tokens.unsqueeze(1))[:, 0] / prev.clamp_min(1e-300))
+    return torch.stack(levels, dim=1).clamp(1e-12, 1.0).cpu().numpy()
+
+
+def level_probabilities(model, profile: Profile, batch: Sequence[Sequence[int]], *,
+                        batch_size: int = DEFAULT_BATCH,
+                        sampling: DeploymentSampling | None = None) -> list[np.ndarray]:
+    """Per text, [n_scored, levels] float64: p_l of each scored token (reference.scored_positions order),
+    each position's distribution `sampling`'s (default: the model at temperature 1)."""
+    sampling = sampling or DeploymentSampling()
+    out: list[np.ndarray] = []
+    for text, (pos, logits) in zip(batch, scored_logits(model, batch, profile.context_width,
+                                                        batch_size=batch_size), strict=True):
+        tokens = torch.tensor([text[p] for p in pos], dtype=torch.int64, device=logits.device)
+        out.append(routing_probabilities(profile, sampling.distribution(logits), tokens))
     return out
 
 
@@ -104,23 +173,25 @@ class ModelAwareScorer:
     (`Weighting`), the decoder's keys and rules applied to the weighted statistic."""
 
     def __init__(self, loader: Callable[[str, str], Any], device: str = "cpu", weighting: Weighting | None = None,
-                 batch_size: int = DEFAULT_BATCH) -> None:
+                 batch_size: int = DEFAULT_BATCH, sampling: DeploymentSampling | None = None) -> None:
         self._load = loader  # (model name, device) -> the model (verifier/verify/scoring.py binds verifier.lm's)
         self.device = device
         self.weighting = weighting or Weighting()
         self.batch_size = batch_size
+        self.sampling = sampling or DeploymentSampling()
 
     def __repr__(self) -> str:
-        return f"ModelAwareScorer(device={self.device!r}, {self.weighting})"
+        return f"ModelAwareScorer(device={self.device!r}, {self.weighting}, {self.sampling})"
 
     def decode_ids(self, decoder: Decoder, batch: Sequence[Sequence[int]]) -> list[DecodeResult]:
         decoder.pad(batch)  # ids checked against the vocabulary before the model sees them
         if any(len(x) == 0 for x in batch):
             raise DecodeError("a text has no tokens")
         model = self._load(decoder.profile.tokenizer, self.device)
-        probs = level_probabilities(model, decoder.profile, batch, batch_size=self.batch_size)
+        probs = level_probabilities(model, decoder.profile, batch, batch_size=self.batch_size,
+                                    sampling=self.sampling)
         weights = [self.weighting(p) for p in probs]
-        return WeightedDecoder(decoder).decode_ids(batch, weights)
+        return WeightedDecoder(decoder, statistic=self.weighting.statistic).decode_ids(batch, weights)
 
     def decode_texts(self, decoder: Decoder, texts: Sequence[str], tokenizer) -> list[DecodeResult]:
         """`Decoder.decode_texts`, model-aware."""

@@ -87,10 +87,36 @@ def weighted_log_sf(weights: ArrayLike, x: ArrayLike) -> np.ndarray:
     return out
 
 
-def _saddle_tail(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+def weighted_log_cdf(weights: ArrayLike, x: ArrayLike) -> np.ndarray:
+    """log P[sum_t w_t X_t <= x], X_t iid Exp(1), per row (the lower tail; shapes as `weighted_log_sf`).
+
+    The likelihood-ratio statistic's tail: its evidence is small under the mark. A row without positive
+    weight has T = 0: log 1 at x >= 0. Equal positive weights use the exact Gamma distribution function."""
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    x = np.asarray(x, dtype=np.float64).reshape(-1)
+    if w.shape[0] != x.shape[0]:
+        w = np.broadcast_to(w, (x.shape[0], w.shape[1]))
+    out = np.empty(x.shape)
+    live = (w > 0).any(axis=1)
+    out[~live] = np.where(x[~live] >= 0, 0.0, -np.inf)
+    pos_w = np.where(live[:, None], np.where(w > 0, w, np.nan), 1.0)
+    wmin, wmax = np.nanmin(pos_w, axis=1), np.nanmax(pos_w, axis=1)
+    n = (w > 0).sum(axis=1)
+    equal = live & (wmax - wmin <= 1e-12 * wmax)
+    if equal.any():
+        with np.errstate(divide="ignore"):
+            out[equal] = np.log(special.gammainc(n[equal], np.maximum(x[equal], 0.0) / wmax[equal]))
+    rest = live & ~equal
+    if rest.any():
+        out[rest] = _saddle_tail(w[rest], x[rest], lower=True)
+    return out
+
+
+def _saddle_tail(w: np.ndarray, x: np.ndarray, lower: bool = False) -> np.ndarray:
+    """log of the upper (or `lower`) tail at x by the saddlepoint; x <= 0: the whole mass (upper) or none."""
     out = np.empty(x.shape)
     nonpos = x <= 0
-    out[nonpos] = 0.0
+    out[nonpos] = -np.inf if lower else 0.0
     ok = ~nonpos
     if not ok.any():
         return out
@@ -103,7 +129,7 @@ def _saddle_tail(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     near = np.abs(r) < _NEAR_MEAN
     with np.errstate(divide="ignore", invalid="ignore"):
         rstar = np.where(near, (xo - mean) / np.sqrt(var), r + np.log(u / r) / r)
-    out[ok] = np.minimum(special.log_ndtr(-rstar), 0.0)
+    out[ok] = np.minimum(special.log_ndtr(rstar if lower else -rstar), 0.0)
     return out
 
 
@@ -150,4 +176,4 @@ def optimal_weight(p: ArrayLike) -> np.ndarray:
     return special.digamma(1.0 + 1.0 / p) + np.euler_gamma - 1.0
 
 
-__all__ = ["gamma_equivalent", "log_max_tail", "optimal_weight", "weighted_log_sf"]
+__all__ = ["gamma_equivalent", "log_max_tail", "optimal_weight", "weighted_log_cdf", "weighted_log_sf"]

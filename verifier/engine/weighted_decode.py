@@ -41,26 +41,53 @@ from verifier.engine.keys import KeyTable
 MODEL_FREE = "model-free"
 MODEL_AWARE = "model-aware"
 SCORINGS = (MODEL_FREE, MODEL_AWARE)
+LINEAR = "linear"  # T = sum w_t X_t, X_t = -log(1 - U_t); upper tail (spec 16.1)
+LIKELIHOOD_RATIO = "likelihood-ratio"  # T = sum w_t Y_t, Y_t = -log U_t; lower tail (spec 16.4)
+STATISTICS = (LINEAR, LIKELIHOOD_RATIO)
 _GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equivalent scores
 
 
 @dataclass(frozen=True)
 class Weighting:
-    """Per-token weights from the level probabilities p (engine/weighted.optimal_weight), made robust:
+    """Per-token weights from the level probabilities p, for one of two statistics, made robust:
 
+    - `statistic`: LIKELIHOOD_RATIO (the default of model-aware scoring) weighs Y = -log U by 1/p - 1, the
+      log-likelihood ratio of U ~ Beta(1/p, 1) against Uniform up to a constant: the Neyman-Pearson
+      statistic when p is right; LINEAR weighs X = -log(1 - U) by H(1/p) - 1
+      (engine/weighted.optimal_weight), the locally most powerful weight for X;
     - `mix`: the verifier's probability is mixed with a flat floor, p' = (1 - mix) p + mix, before the
-      weight is taken (the generator's top-k/top-p and the verifier's own model differ from the LM re-run:
-      a token the re-run finds unlikely may have been likely to the generator);
-    - `clip`: no token weighs more than `clip` (a replaced token, improbable to the model, would otherwise
-      dominate the sum with pure noise).
+      weight is taken;
+    - `clip`: no token weighs more than `clip` (the re-run lacks the prompt and a replaced token is
+      improbable to the model: an unclipped 1/p - 1 lets one such token swamp the sum).
     """
 
-    clip: float = 4.0
+    statistic: str = LIKELIHOOD_RATIO
+    clip: float = 5.0
     mix: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {STATISTICS}")
+
     def __call__(self, p: np.ndarray) -> np.ndarray:
-        q = (1.0 - self.mix) * np.asarray(p, dtype=np.float64) + self.mix
-        return np.minimum(weighted.optimal_weight(q), self.clip)
+        q = np.clip((1.0 - self.mix) * np.asarray(p, dtype=np.float64) + self.mix, 1e-12, 1.0)
+        w = weighted.optimal_weight(q) if self.statistic == LINEAR else 1.0 / q - 1.0
+        return np.minimum(w, self.clip)
+
+
+def _statistic_evidence(statistic: str, x: np.ndarray) -> np.ndarray:
+    """The per-token evidence a statistic sums, oriented so that larger is more evidence for a candidate:
+    X itself (linear), or log U = log(1 - exp(-X)) (likelihood ratio: -log U is small under the mark)."""
+    if statistic == LINEAR:
+        return x
+    return np.log(-np.expm1(-np.maximum(x, 1e-300)))
+
+
+def _statistic_log_tail(statistic: str, w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """log P[a null candidate's oriented sum >= s] for weights w ([M, n]) and sums s ([M])."""
+    if statistic == LINEAR:
+        return weighted.weighted_log_sf(w, s)
+    return weighted.weighted_log_cdf(w, -np.asarray(s))
 
 
 @dataclass
@@ -74,11 +101,14 @@ class _TokenEvidence:
 class WeightedDecoder:
     """Weighted decoding for the levels and versions a `Decoder` holds (its keys, alpha, unavailable)."""
 
-    def __init__(self, decoder: Decoder, scoring: str = MODEL_AWARE) -> None:
+    def __init__(self, decoder: Decoder, scoring: str = MODEL_AWARE, statistic: str = LINEAR) -> None:
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {SCORINGS}")
+        if statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {STATISTICS}")
         self.decoder = decoder
         self.scoring = scoring
+        self.statistic = statistic
 
     # -- per-token evidence ---------------------------------------------------------------------
     def _evidence(self, ids, lengths, n_tok: np.ndarray, pos_version: str,
@@ -153,13 +183,13 @@ class WeightedDecoder:
         level = prof.levels[lv - 1]
         best = None
         for t, ev in per_version:
-            full, regions = _weighted_regions(ev, w, prof.windows, level.per_value)
+            full, regions = _weighted_regions(ev, w, prof.windows, level.per_value, self.statistic)
             if best is None or full.level_lp < best[1].level_lp:
                 best = (t, full, regions, ev)
         assert best is not None
         t, full, regions, ev = best
         att = _attribute(full, regions, ev, w, prof.windows, level.per_value, len(per_version),
-                         self.decoder.alpha, level.key_bits)
+                         self.decoder.alpha, level.key_bits, self.statistic)
         return t, att
 
 
@@ -169,7 +199,7 @@ def _positions(ids: Sequence[int], h: int) -> list[int]:
     return scored_positions(list(ids), h)
 
 
-def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value: bool):
+def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value: bool, statistic: str = LINEAR):
     """The whole-text region and the 2(W-1) prefix/suffix regions as attribution `_Region`s (all regions'
     sums in one matrix product, all their tails in one saddlepoint call)."""
     n, cells, c = ev.x.shape
@@ -179,14 +209,15 @@ def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value
         bounds = bounds[:1]
     r = len(bounds)
     member = np.array([(win >= lo) & (win < hi) for lo, hi in bounds], dtype=np.float64)  # [R, n]
-    s = (member @ (w[:, None, None] * ev.x).reshape(n, cells * c)).reshape(r, cells, c)
     onehot = (ev.cell[:, None] == np.arange(cells)[None, :]).astype(np.float64)  # [n, cells]
+    x = _statistic_evidence(statistic, ev.x) * onehot[:, :, None]  # a token's evidence counts in its cell only
+    s = (member @ (w[:, None, None] * x).reshape(n, cells * c)).reshape(r, cells, c)
     cnt = np.rint(member @ onehot).astype(np.int64)  # [R, cells]
     wmat = member[:, None, :] * onehot.T[None] * w[None, None, :]  # [R, cells, n]
     k = min(2, c)
     top = np.argsort(-s, axis=2, kind="stable")[..., :k]  # [R, cells, k]
     vals = np.take_along_axis(s, top, axis=2)
-    lsf = weighted.weighted_log_sf(np.repeat(wmat.reshape(r * cells, n), k, axis=0), vals.reshape(-1))
+    lsf = _statistic_log_tail(statistic, np.repeat(wmat.reshape(r * cells, n), k, axis=0), vals.reshape(-1))
     lsf = lsf.reshape(r, cells, k)
     live = cnt > 0
     lp1 = np.where(live, weighted.log_max_tail(lsf[..., 0], c), 0.0)
@@ -200,7 +231,7 @@ def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value
 
 
 def _attribute(full: _Region, regions: list[_Region], ev: _TokenEvidence, w: np.ndarray, windows: int,
-               per_value: bool, versions: int, alpha: float, bits: int) -> Attribution:
+               per_value: bool, versions: int, alpha: float, bits: int, statistic: str = LINEAR) -> Attribution:
     """engine/attribution's decision for one text from weighted regions (decide_batch's per-text steps)."""
     log_v = math.log(max(versions, 1))
     level_lp = min(0.0, full.level_lp + log_v)
@@ -213,7 +244,7 @@ def _attribute(full: _Region, regions: list[_Region], ev: _TokenEvidence, w: np.
         return Attribution("absent", level_lp, reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
     att, source = _decide(full, regions, windows, per_value, log_v, opened, math.log(alpha), bits)
     if source is not None:
-        eq = _gamma_equivalent_scores(source, ev, w, windows)
+        eq = _gamma_equivalent_scores(source, ev, w, windows, statistic)
         n, winners = np.array([source.n]), np.array([source.winners])
         conf, marg = posterior_batch(eq[None], n, winners)
         att.confidence, att.bit_confidence = float(conf[0]), _bit_confidence(marg, n, winners, bits)[0]
@@ -225,7 +256,8 @@ def _attribute(full: _Region, regions: list[_Region], ev: _TokenEvidence, w: np.
     return att
 
 
-def _gamma_equivalent_scores(r: _Region, ev: _TokenEvidence, w: np.ndarray, windows: int) -> np.ndarray:
+def _gamma_equivalent_scores(r: _Region, ev: _TokenEvidence, w: np.ndarray, windows: int,
+                             statistic: str = LINEAR) -> np.ndarray:
     """[cells, C]: each candidate's weighted sum as the equal-weight (Gamma(n, 1)) score with the same tail,
     for the confidence model; tails interpolated on a grid of _GRID points per cell."""
     n_tok = ev.x.shape[0]
@@ -239,7 +271,10 @@ def _gamma_equivalent_scores(r: _Region, ev: _TokenEvidence, w: np.ndarray, wind
         if not (wk > 0).any():
             continue
         s = r.scores[k]
-        grid = np.linspace(max(float(s.min()), 1e-9), float(s.max()), _GRID)
-        lsf = weighted.weighted_log_sf(np.broadcast_to(wk, (_GRID, wk.size)), grid)
+        if statistic == LINEAR:  # sums > 0
+            grid = np.linspace(max(float(s.min()), 1e-9), float(s.max()), _GRID)
+        else:  # sums of w log U < 0
+            grid = np.linspace(float(s.min()), min(float(s.max()), -1e-9), _GRID)
+        lsf = _statistic_log_tail(statistic, np.broadcast_to(wk, (_GRID, wk.size)), grid)
         out[k] = weighted.gamma_equivalent(cnt, np.interp(s, grid, lsf))
     return out

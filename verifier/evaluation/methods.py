@@ -155,8 +155,8 @@ class ModelAwareMethod:
         self.store = store  # LM passes kept on disk (.npz per text), so a rerun or a second process re-uses them
         self.name = base.name + self.SUFFIX
         self.profile, self.keyset, self.total_bits = base.profile, base.keyset, base.total_bits
-        self._weighted = WeightedDecoder(base._decoder)
         self._weighting = Weighting()
+        self._weighted = WeightedDecoder(base._decoder, statistic=self._weighting.statistic)
         self._memo: dict[tuple[int, ...], list[tuple[list[int], object]]] = {}
         if store is not None:
             store.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,199 @@
+"""Model-aware scoring at the provider setting: does re-creating the deployment's top-k/top-p help, and how far
+is the result from the generator's own probabilities (the upper bound)?
+
+Reads the top-k 50 / top-p 0.9 texts `benchmarks/public_level_v3.py generate --profile v3 --setting provider`
+cached (SmolLM2-135M, BBC prompts, 200 new tokens, profile `v3`, a random `model` and `user` per text), and
+decodes each text's first 25 / 50 / 100 / 200 tokens with an auditor's keys (levels 1 and 2) under:
+
+- `model-free`: equal weights (the default scoring);
+- `aware T=1`: the LM re-run over the text alone at temperature 1 (model-aware scoring before this change);
+- `aware k50/p0.9 mix m`: the same re-run with the deployment's sampler re-created (`DeploymentSampling`:
+  transformers' top-k 50 then top-p 0.9, mixed with the raw distribution at weight m);
+- `oracle`: the generator's own warped probabilities (the LM run over prompt + text): what no verifier has,
+  the bound the others are read against (only on the ids as generated: the prompt's tokens are known there).
+
+One LM pass per text (and one with the prompt for the oracle) serves every variant. Human BBC texts (first 200
+tokens) under the same variants give the false-release count and the calibration (KS) of each statistic.
+Wilson 95 % intervals; prints one JSON line per cell and writes --json.
+
+    python benchmarks/public_level_v3.py generate --profile v3 --setting provider --texts 200 --batch 50
+    python benchmarks/model_aware_sampling.py --retokenize --humans 300 \
+        --json benchmarks/results/model-aware-sampling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy import stats as sps
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from public_level_v3 import CACHE, _masters, _retokenized
+
+from verifier.engine.decoder import Decoder
+from verifier.engine.keys import derive_level_table
+from verifier.engine.model_aware import DeploymentSampling, routing_probabilities, scored_logits
+from verifier.engine.profile import resolve_profile
+from verifier.engine.weighted_decode import WeightedDecoder, Weighting
+from verifier.evaluation.metrics import wilson
+
+LENGTHS = (25, 50, 100, 200)
+MIXES = (0.1, 0.25, 0.5)
+TOP_K, TOP_P = 50, 0.9
+
+
+def _cell(k: int, n: int) -> dict:
+    lo, hi = wilson(k, n)
+    return {"k": k, "n": n, "rate": round(k / n, 4) if n else None, "ci95": [round(lo, 3), round(hi, 3)]}
+
+
+def _variants() -> dict[str, DeploymentSampling | None]:
+    out: dict[str, DeploymentSampling | None] = {"model-free": None, "aware T=1": DeploymentSampling()}
+    for m in MIXES:
+        out[f"aware k{TOP_K}/p{TOP_P} mix {m}"] = DeploymentSampling(top_k=TOP_K, top_p=TOP_P, mix=m)
+    return out
+
+
+def _probabilities(model, profile, texts, variants, batch: int) -> dict[str, list[np.ndarray]]:
+    """Per variant (model-aware ones), per text, [n_scored, levels] level probabilities from one LM pass."""
+    out: dict[str, list[np.ndarray]] = {k: [] for k, v in variants.items() if v is not None}
+    for text, (pos, logits) in zip(texts, scored_logits(model, texts, profile.context_width, batch_size=batch),
+                                   strict=True):
+        tokens = torch.tensor([text[p] for p in pos], dtype=torch.int64)
+        for name, sampling in variants.items():
+            if sampling is not None:
+                out[name].append(routing_probabilities(profile, sampling.distribution(logits), tokens))
+    return out
+
+
+def _oracle(model, profile, prompts_ids, texts, batch: int) -> list[np.ndarray]:
+    """The generator's own warped level probabilities: the LM over prompt + text, top-k/top-p, no mix."""
+    from verifier.engine.reference import scored_positions
+
+    sampling = DeploymentSampling(top_k=TOP_K, top_p=TOP_P, mix=0.0)
+    out = []
+    for lo in range(0, len(texts), batch):
+        rows = [list(p) + list(t) for p, t in zip(prompts_ids[lo:lo + batch], texts[lo:lo + batch], strict=True)]
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.int64)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = torch.tensor(r)
+            mask[i, :len(r)] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=mask).logits
+        for i, text in enumerate(texts[lo:lo + batch]):
+            pos = scored_positions(list(text), profile.context_width)
+            off = len(prompts_ids[lo + i])
+            rows_t = torch.tensor([off + p - 1 for p in pos], dtype=torch.int64)
+            tokens = torch.tensor([text[p] for p in pos], dtype=torch.int64)
+            out.append(routing_probabilities(profile, sampling.distribution(logits[i, rows_t].double()), tokens))
+    return out
+
+
+def _decode(decoder, wdec, texts, probs, n: int, weighting: Weighting):
+    from verifier.engine.reference import scored_positions
+
+    cut = [list(x[:n]) for x in texts]
+    if probs is None:
+        return decoder.decode_ids(cut)
+    w = [weighting(p[:len(scored_positions(c, decoder.profile.context_width))]) for c, p in zip(cut, probs,
+                                                                                                  strict=True)]
+    return wdec.decode_ids(cut, w)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cache", type=Path, default=CACHE)
+    ap.add_argument("--setting", default="provider")
+    ap.add_argument("--retokenize", action="store_true", help="decode the texts as a verifier sees them")
+    ap.add_argument("--humans", type=int, default=0)
+    ap.add_argument("--lm-batch", type=int, default=8)
+    ap.add_argument("--limit", type=int, default=0, help="only the first N texts (a quick look)")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    from verifier.lm import load_model
+
+    d = a.cache / f"v3-{a.setting}"
+    batches = [torch.load(f, weights_only=False) for f in sorted(d.glob("batch*.pt"))]
+    seed = batches[0]["seed"]
+    ids = [x for b in batches for x in b["ids"]]
+    payloads = [p for b in batches for p in b["payloads"]]
+    if a.limit:
+        ids, payloads = ids[:a.limit], payloads[:a.limit]
+    profile = resolve_profile("v3")
+    masters = _masters(seed)
+    tables = {lv: [derive_level_table(m, profile, lv, "v")] for lv, m in enumerate(masters, start=1)}
+    decoder = Decoder(profile, tables)
+    wdec = WeightedDecoder(decoder)
+    weighting = Weighting()
+    model, tok = load_model("smollm2")
+    model.eval()
+    variants = _variants()
+    texts = _retokenized(ids) if a.retokenize else ids
+    t0 = time.perf_counter()
+    probs: dict[str, list | None] = {"model-free": None, **_probabilities(model, profile, texts, variants,
+                                                                          a.lm_batch)}
+    if not a.retokenize:
+        from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
+
+        arts, _ = bbc_prompts_and_humans(len(ids), 0, seed=seed)
+        prompts = [prompt_from_article(x.text, tok, 50) for x in arts][:len(ids)]
+        prompt_ids = tok(prompts, add_special_tokens=False)["input_ids"]
+        probs["oracle (generator's own)"] = _oracle(model, profile, prompt_ids, texts, a.lm_batch)
+    print(f"LM passes: {time.perf_counter() - t0:.0f}s for {len(texts)} texts", file=sys.stderr, flush=True)
+    report: dict = {"texts": len(texts), "retokenized": a.retokenize, "setting": a.setting, "cells": []}
+    for name, pr in probs.items():
+        cell: dict = {"scoring": name}
+        for n in LENGTHS:
+            res = _decode(decoder, wdec, texts, pr, n, weighting)
+            user = [r.levels[1] for r in res]
+            exact = sum(lv.status == "decoded" and lv.fields["user"] == p["user"] for lv, p in zip(user, payloads,
+                                                                                                   strict=True))
+            wrong = sum(lv.status == "decoded" and lv.fields["user"] != p["user"] for lv, p in zip(user, payloads,
+                                                                                                   strict=True))
+            model_ok = sum(r.levels[0].status == "decoded" and r.levels[0].fields["model"] == p["model"]
+                           for r, p in zip(res, payloads, strict=True))
+            cell[f"user_{n}"] = _cell(exact, len(res))
+            cell[f"wrong_user_{n}"] = wrong
+            cell[f"model_{n}"] = _cell(model_ok, len(res))
+            cell[f"detected_1e-3_{n}"] = _cell(sum(r.p_value <= 1e-3 for r in res), len(res))
+        report["cells"].append(cell)
+        print(json.dumps(cell), flush=True)
+    if a.humans:
+        report["humans"] = _humans(a, model, tok, profile, decoder, wdec, weighting, variants, seed)
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _humans(a, model, tok, profile, decoder, wdec, weighting, variants, seed) -> list[dict]:
+    from verifier.evaluation.corpus import bbc_prompts_and_humans
+
+    _, arts = bbc_prompts_and_humans(0, a.humans, seed=seed)
+    texts = [x[:200] for x in tok([x.text for x in arts], add_special_tokens=False)["input_ids"]]
+    probs: dict[str, list | None] = {"model-free": None, **_probabilities(model, profile, texts, variants,
+                                                                          a.lm_batch)}
+    out = []
+    for name, pr in probs.items():
+        res = _decode(decoder, wdec, texts, pr, 200, weighting)
+        pv = [r.p_value for r in res]
+        user_p = [10 ** r.levels[1].log10_p_value for r in res]
+        released = sum(any(lv.status in ("decoded", "mixed") for lv in r.levels) for r in res)
+        row = {"scoring": name, "texts": len(res), "released": released,
+               "p<=1e-3": sum(p <= 1e-3 for p in pv),
+               "ks_text_p": round(float(sps.kstest(pv, "uniform").pvalue), 4),
+               "ks_user_p": round(float(sps.kstest(user_p, "uniform").pvalue), 4)}
+        out.append(row)
+        print(json.dumps({"humans": row}), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -3,17 +3,22 @@ is the result from the generator's own probabilities (the upper bound)?
 
 Reads the top-k 50 / top-p 0.9 texts `benchmarks/public_level_v3.py generate --profile v3 --setting provider`
 cached (SmolLM2-135M, BBC prompts, 200 new tokens, profile `v3`, a random `model` and `user` per text), and
-decodes each text's first 25 / 50 / 100 / 200 tokens with an auditor's keys (levels 1 and 2) under:
+decodes each text's first 50 / 100 / 200 tokens with an auditor's keys (levels 1 and 2) under:
 
 - `model-free`: equal weights (the default scoring);
-- `aware T=1`: the LM re-run over the text alone at temperature 1 (model-aware scoring before this change);
-- `aware k50/p0.9 mix m`: the same re-run with the deployment's sampler re-created (`DeploymentSampling`:
-  transformers' top-k 50 then top-p 0.9, mixed with the raw distribution at weight m);
+- `linear`: the LM re-run over the text alone at temperature 1, weights min(H(1/p) - 1, 4) on X = -log(1 - U)
+  (model-aware scoring of session 14);
+- `likelihood-ratio`: the same re-run, weights min(1/p - 1, 5) on -log U, lower tail (model-aware scoring now);
+- `... k50/p0.9 mix m`: the re-run with the deployment's sampler re-created (`DeploymentSampling`: transformers'
+  top-k 50 then top-p 0.9, mixed with the raw distribution at weight m);
 - `oracle`: the generator's own warped probabilities (the LM run over prompt + text): what no verifier has,
   the bound the others are read against (only on the ids as generated: the prompt's tokens are known there).
 
 One LM pass per text (and one with the prompt for the oracle) serves every variant. Human BBC texts (first 200
 tokens) under the same variants give the false-release count and the calibration (KS) of each statistic.
+`--attacks` adds the edited texts at 200 tokens (10 % and 20 % of the tokens replaced at random, as the
+evaluation's REP attack) and 50/50 two-user splices (pairs i, i+1): both users named (`mixed`), one, none, or
+a third value.
 Wilson 95 % intervals; prints one JSON line per cell and writes --json.
 
     python benchmarks/public_level_v3.py generate --profile v3 --setting provider --texts 200 --batch 50
@@ -40,11 +45,11 @@ from verifier.engine.decoder import Decoder
 from verifier.engine.keys import derive_level_table
 from verifier.engine.model_aware import DeploymentSampling, routing_probabilities, scored_logits
 from verifier.engine.profile import resolve_profile
-from verifier.engine.weighted_decode import WeightedDecoder, Weighting
+from verifier.engine.weighted_decode import LIKELIHOOD_RATIO, LINEAR, WeightedDecoder, Weighting
 from verifier.evaluation.metrics import wilson
 
-LENGTHS = (25, 50, 100, 200)
-MIXES = (0.1, 0.25, 0.5)
+LENGTHS = (50, 100, 200)
+MIXES = (0.25,)
 TOP_K, TOP_P = 50, 0.9
 
 
@@ -53,30 +58,49 @@ def _cell(k: int, n: int) -> dict:
     return {"k": k, "n": n, "rate": round(k / n, 4) if n else None, "ci95": [round(lo, 3), round(hi, 3)]}
 
 
-def _variants() -> dict[str, DeploymentSampling | None]:
-    out: dict[str, DeploymentSampling | None] = {"model-free": None, "aware T=1": DeploymentSampling()}
-    for m in MIXES:
-        out[f"aware k{TOP_K}/p{TOP_P} mix {m}"] = DeploymentSampling(top_k=TOP_K, top_p=TOP_P, mix=m)
+LINEAR_OLD = Weighting(LINEAR, clip=4.0)
+LR = Weighting(LIKELIHOOD_RATIO, clip=5.0)
+
+
+def _samplings(setting: str) -> dict[str, DeploymentSampling]:
+    """The distributions the re-run is read under: T = 1, and (provider texts) the deployment's warp."""
+    out = {"T=1": DeploymentSampling()}
+    if setting == "provider":
+        for m in MIXES:
+            out[f"k{TOP_K}/p{TOP_P} mix {m}"] = DeploymentSampling(top_k=TOP_K, top_p=TOP_P, mix=m)
     return out
 
 
-def _probabilities(model, profile, texts, variants, batch: int) -> dict[str, list[np.ndarray]]:
-    """Per variant (model-aware ones), per text, [n_scored, levels] level probabilities from one LM pass."""
-    out: dict[str, list[np.ndarray]] = {k: [] for k, v in variants.items() if v is not None}
+def _scorings(probs: dict[str, list]) -> list[tuple[str, list | None, Weighting | None]]:
+    """(name, level probabilities, weighting) per scoring compared."""
+    out: list[tuple[str, list | None, Weighting | None]] = [("model-free", None, None)]
+    out.append(("linear, T=1 (session 14)", probs["T=1"], LINEAR_OLD))
+    for name, pr in probs.items():
+        if name != "oracle":
+            out.append((f"likelihood-ratio, {name}", pr, LR))
+    if "oracle" in probs:
+        out.append(("linear, oracle (generator's own)", probs["oracle"], LINEAR_OLD))
+        out.append(("likelihood-ratio, oracle (generator's own)", probs["oracle"], LR))
+    return out
+
+
+def _probabilities(model, profile, texts, samplings, batch: int) -> dict[str, list[np.ndarray]]:
+    """Per sampling, per text, [n_scored, levels] level probabilities, all from one LM pass."""
+    out: dict[str, list[np.ndarray]] = {k: [] for k in samplings}
     for text, (pos, logits) in zip(texts, scored_logits(model, texts, profile.context_width, batch_size=batch),
                                    strict=True):
         tokens = torch.tensor([text[p] for p in pos], dtype=torch.int64)
-        for name, sampling in variants.items():
-            if sampling is not None:
-                out[name].append(routing_probabilities(profile, sampling.distribution(logits), tokens))
+        for name, sampling in samplings.items():
+            out[name].append(routing_probabilities(profile, sampling.distribution(logits), tokens))
     return out
 
 
-def _oracle(model, profile, prompts_ids, texts, batch: int) -> list[np.ndarray]:
-    """The generator's own warped level probabilities: the LM over prompt + text, top-k/top-p, no mix."""
+def _oracle(model, profile, prompts_ids, texts, batch: int, setting: str) -> list[np.ndarray]:
+    """The generator's own (warped) level probabilities: the LM over prompt + text, no mix."""
     from verifier.engine.reference import scored_positions
 
-    sampling = DeploymentSampling(top_k=TOP_K, top_p=TOP_P, mix=0.0)
+    warp = setting == "provider"
+    sampling = DeploymentSampling(top_k=TOP_K if warp else None, top_p=TOP_P if warp else None, mix=0.0)
     out = []
     for lo in range(0, len(texts), batch):
         rows = [list(p) + list(t) for p, t in zip(prompts_ids[lo:lo + batch], texts[lo:lo + batch], strict=True)]
@@ -97,7 +121,7 @@ def _oracle(model, profile, prompts_ids, texts, batch: int) -> list[np.ndarray]:
     return out
 
 
-def _decode(decoder, wdec, texts, probs, n: int, weighting: Weighting):
+def _decode(decoder, texts, probs, n: int, weighting: Weighting | None):
     from verifier.engine.reference import scored_positions
 
     cut = [list(x[:n]) for x in texts]
@@ -105,7 +129,7 @@ def _decode(decoder, wdec, texts, probs, n: int, weighting: Weighting):
         return decoder.decode_ids(cut)
     w = [weighting(p[:len(scored_positions(c, decoder.profile.context_width))]) for c, p in zip(cut, probs,
                                                                                                   strict=True)]
-    return wdec.decode_ids(cut, w)
+    return WeightedDecoder(decoder, statistic=weighting.statistic).decode_ids(cut, w)
 
 
 def main() -> None:
@@ -116,6 +140,7 @@ def main() -> None:
     ap.add_argument("--humans", type=int, default=0)
     ap.add_argument("--lm-batch", type=int, default=8)
     ap.add_argument("--limit", type=int, default=0, help="only the first N texts (a quick look)")
+    ap.add_argument("--attacks", action="store_true", help="also replaced tokens (10 %%, 20 %%) and 50/50 splices")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -132,28 +157,24 @@ def main() -> None:
     masters = _masters(seed)
     tables = {lv: [derive_level_table(m, profile, lv, "v")] for lv, m in enumerate(masters, start=1)}
     decoder = Decoder(profile, tables)
-    wdec = WeightedDecoder(decoder)
-    weighting = Weighting()
     model, tok = load_model("smollm2")
     model.eval()
-    variants = _variants()
     texts = _retokenized(ids) if a.retokenize else ids
     t0 = time.perf_counter()
-    probs: dict[str, list | None] = {"model-free": None, **_probabilities(model, profile, texts, variants,
-                                                                          a.lm_batch)}
+    probs = _probabilities(model, profile, texts, _samplings(a.setting), a.lm_batch)
     if not a.retokenize:
         from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 
         arts, _ = bbc_prompts_and_humans(len(ids), 0, seed=seed)
         prompts = [prompt_from_article(x.text, tok, 50) for x in arts][:len(ids)]
         prompt_ids = tok(prompts, add_special_tokens=False)["input_ids"]
-        probs["oracle (generator's own)"] = _oracle(model, profile, prompt_ids, texts, a.lm_batch)
+        probs["oracle"] = _oracle(model, profile, prompt_ids, texts, a.lm_batch, a.setting)
     print(f"LM passes: {time.perf_counter() - t0:.0f}s for {len(texts)} texts", file=sys.stderr, flush=True)
     report: dict = {"texts": len(texts), "retokenized": a.retokenize, "setting": a.setting, "cells": []}
-    for name, pr in probs.items():
+    for name, pr, weighting in _scorings(probs):
         cell: dict = {"scoring": name}
         for n in LENGTHS:
-            res = _decode(decoder, wdec, texts, pr, n, weighting)
+            res = _decode(decoder, texts, pr, n, weighting)
             user = [r.levels[1] for r in res]
             exact = sum(lv.status == "decoded" and lv.fields["user"] == p["user"] for lv, p in zip(user, payloads,
                                                                                                    strict=True))
@@ -167,22 +188,62 @@ def main() -> None:
             cell[f"detected_1e-3_{n}"] = _cell(sum(r.p_value <= 1e-3 for r in res), len(res))
         report["cells"].append(cell)
         print(json.dumps(cell), flush=True)
+    if a.attacks:
+        report["attacks"] = _attacks(a, model, profile, decoder, texts, payloads)
     if a.humans:
-        report["humans"] = _humans(a, model, tok, profile, decoder, wdec, weighting, variants, seed)
+        report["humans"] = _humans(a, model, tok, profile, decoder, seed)
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
 
 
-def _humans(a, model, tok, profile, decoder, wdec, weighting, variants, seed) -> list[dict]:
+def _named(level) -> set[int]:
+    out = {level.fields["user"]} if level.status == "decoded" else set()
+    return out | {c["fields"]["user"] for c in level.candidates or []}
+
+
+def _attacks(a, model, profile, decoder, texts, payloads) -> list[dict]:
+    """Exact `user` on 200-token texts with 10 % / 20 % replaced tokens; 50/50 splices: both / one / none / third."""
+    import random
+
+    from verifier.evaluation.attacks import replace
+    from verifier.evaluation.splices import build_splices, classify
+
+    users = [p["user"] for p in payloads]
+    rng = random.Random(0)
+    sets = {f"REP {int(q * 100)}%": ([replace(list(x[:200]), q, profile.vocab_size, rng) for x in texts], users)
+            for q in (0.1, 0.2)}
+    splices, _ = build_splices([x[:200] for x in texts], users, 0.5, 200)
+    sets["splice 50/50"] = ([list(sp.ids) for sp in splices], [sp.users for sp in splices])
+    out = []
+    for attack, (batch, truth) in sets.items():
+        probs = _probabilities(model, profile, batch, _samplings(a.setting), a.lm_batch)
+        for name, pr, weighting in _scorings(probs):
+            res = _decode(decoder, batch, pr, 200, weighting)
+            row: dict = {"attack": attack, "scoring": name}
+            if attack.startswith("REP"):
+                exact = sum(r.levels[1].status == "decoded" and r.levels[1].fields["user"] == u
+                            for r, u in zip(res, truth, strict=True))
+                wrong = sum(bool(_named(r.levels[1]) - {u}) for r, u in zip(res, truth, strict=True))
+                row.update(user=_cell(exact, len(res)), wrong=wrong)
+            else:
+                kinds = [classify(_named(r.levels[1]), pair, r.levels[1].status) for r, pair in zip(res, truth,
+                                                                                                   strict=True)]
+                row.update({k: _cell(kinds.count(k), len(kinds)) for k in ("both", "one", "none")},
+                           third=kinds.count("third"))
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+def _humans(a, model, tok, profile, decoder, seed) -> list[dict]:
     from verifier.evaluation.corpus import bbc_prompts_and_humans
 
     _, arts = bbc_prompts_and_humans(0, a.humans, seed=seed)
     texts = [x[:200] for x in tok([x.text for x in arts], add_special_tokens=False)["input_ids"]]
-    probs: dict[str, list | None] = {"model-free": None, **_probabilities(model, profile, texts, variants,
-                                                                          a.lm_batch)}
+    probs = _probabilities(model, profile, texts, _samplings(a.setting), a.lm_batch)
     out = []
-    for name, pr in probs.items():
-        res = _decode(decoder, wdec, texts, pr, 200, weighting)
+    for name, pr, weighting in _scorings(probs):
+        res = _decode(decoder, texts, pr, 200, weighting)
         pv = [r.p_value for r in res]
         user_p = [10 ** r.levels[1].log10_p_value for r in res]
         released = sum(any(lv.status in ("decoded", "mixed") for lv in r.levels) for r in res)

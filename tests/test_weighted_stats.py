@@ -312,3 +312,28 @@ def test_weighted_release_names_a_wrong_value_at_most_at_its_bound(statistic):
         wrong += bool(values - {true})
     assert named > trials / 2  # the true value is found: the test exercises releases, not only `absent`
     assert wrong <= 2 * alpha * trials + 3 * np.sqrt(2 * alpha * trials), (wrong, trials)
+
+
+def test_deployment_sampling_recreates_the_providers_warp_mixed_with_the_raw_model():
+    """DeploymentSampling (engine/model_aware.py): temperature 1 and no cut is the model itself; top-k / top-p
+    keep the generator's support (transformers' own warpers), and `mix` of the raw distribution keeps every
+    token possible (the re-run lacks the prompt, so the text's token may lie outside its nucleus)."""
+    from verifier.engine.model_aware import DeploymentSampling
+
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0, 5.0]], dtype=torch.float64)
+    raw = torch.softmax(logits, dim=-1)
+    assert torch.equal(DeploymentSampling().distribution(logits), raw) and not DeploymentSampling().warps
+    top2 = DeploymentSampling(top_k=2, mix=0.0).distribution(logits)
+    assert (top2[0, 2:] == 0).all() and top2[0, :2].sum().item() == pytest.approx(1.0)
+    assert top2[0, 0] / top2[0, 1] == pytest.approx(float(raw[0, 0] / raw[0, 1]))
+    nucleus = DeploymentSampling(top_p=0.9, mix=0.0).distribution(logits)
+    assert nucleus[1].tolist() == pytest.approx([0.0, 0.0, 0.0, 0.0, 1.0])  # 5.0 holds > 0.9 of the mass
+    mixed = DeploymentSampling(top_k=2, top_p=0.9, mix=0.25).distribution(logits)
+    assert (mixed > 0).all() and mixed.sum(-1).tolist() == pytest.approx([1.0, 1.0])
+    assert mixed[0, 4].item() == pytest.approx(0.25 * raw[0, 4].item())
+    hot = DeploymentSampling(temperature=0.5, mix=0.0).distribution(logits)
+    assert hot[0].tolist() == pytest.approx(torch.softmax(logits[0] / 0.5, -1).tolist())
+    assert "top-k 2" in DeploymentSampling(top_k=2).describe()
+    for bad in ({"temperature": 0.0}, {"top_k": 0}, {"top_p": 1.5}, {"mix": -0.1}):
+        with pytest.raises(ValueError):
+            DeploymentSampling(**bad)

@@ -25,7 +25,7 @@ from verifier.lm import TokenizerCache
 from verifier.secretfile import private_dir
 from verifier.settings import Settings
 from verifier.verify.runner import Runner
-from verifier.verify.scoring import model_aware_scorer
+from verifier.verify.scoring import deployment_sampling, model_aware_scorer
 
 
 def open_database(settings: Settings, *, check: bool = False) -> Database:
@@ -99,7 +99,8 @@ def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] 
     return Process(settings=settings, db=db, store=store, policy=load_policy(settings.roles_file), profile=profile,
                    profiles=profile_lookup(profile), tokenizers=tokenizers,
                    runner=Runner(store, tokenizers, settings.alpha,
-                                 scorer=model_aware_scorer(settings.model_aware, settings.worker_device)))
+                                 scorer=model_aware_scorer(settings.model_aware, settings.worker_device,
+                                                           deployment_sampling(settings))))
 
 
 class ProcessLocal:

@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     # Model-aware scoring (HERO_MODEL_AWARE=1): the profile's LM re-run over each text weights its evidence
     # (verifier/engine/model_aware.py); every result says `scoring`. Needs the model package; off: model-free.
     model_aware: bool = False
+    # How this deployment's providers sample (HERO_MODEL_AWARE_TOP_K / _TOP_P / _TEMPERATURE): model-aware scoring
+    # reads the re-run under that warp, mixed with the raw model (engine/model_aware.DeploymentSampling). A
+    # setting of the deployment, never of a request (a caller choosing it could shop for a p-value).
+    model_aware_top_k: int | None = Field(default=None, ge=1)
+    model_aware_top_p: float | None = Field(default=None, gt=0, le=1)
+    model_aware_temperature: float = Field(default=1.0, gt=0)
     # /v1/verify micro-batching (verifier.verify.batcher): concurrent callers share one decode and one audit commit
     # SQLite commits: FULL fsyncs every commit (survives power loss); NORMAL survives a process crash only
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"

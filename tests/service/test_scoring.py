@@ -108,3 +108,43 @@ def test_cli_decode_model_aware_flag(capsys, hero_home, fake_lm, monkeypatch):
     code = main(["decode", "--url", "http://127.0.0.1:9", "--text", HUMAN, "--model-aware"])
     err = capsys.readouterr().err
     assert code != 0 and "--model-aware applies to a local decode" in err
+
+
+def test_the_deployments_sampling_reaches_the_scorer_and_the_verdicts(make_service, sqlite_url, fake_lm,
+                                                                       monkeypatch, tmp_path):
+    """HERO_MODEL_AWARE_TOP_K / _TOP_P: model-aware scoring reads the re-run under the providers' warp
+    (engine/model_aware.DeploymentSampling); a watermarked text still decodes and human text stays absent."""
+    from verifier.settings import Settings
+    from verifier.verify.scoring import deployment_sampling
+
+    monkeypatch.setenv("HERO_MODEL_AWARE_TOP_K", "50")
+    monkeypatch.setenv("HERO_MODEL_AWARE_TOP_P", "0.9")
+    sampling = deployment_sampling(Settings(home=tmp_path))
+    assert (sampling.top_k, sampling.top_p, sampling.temperature) == (50, 0.9, 1.0) and sampling.warps
+    monkeypatch.setenv("HERO_MODEL_AWARE_TOP_P", "1.5")
+    with pytest.raises(ValueError):
+        Settings(home=tmp_path)
+    monkeypatch.delenv("HERO_MODEL_AWARE_TOP_K")
+    monkeypatch.delenv("HERO_MODEL_AWARE_TOP_P")
+    svc = make_service(sqlite_url, model_aware=True, model_aware_top_k=50, model_aware_top_p=0.9)
+    assert svc.ctx.runner.scorer.sampling == sampling
+    svc.init_keys()
+    texts = make_texts(svc, 2, steps=60)
+    res = _verify(svc, [*texts, HUMAN])
+    assert [r["scoring"] for r in res] == ["model-aware"] * 3
+    assert all(r["watermarked"] for r in res[:2]) and not res[2]["watermarked"]
+
+
+def test_cli_decode_takes_the_providers_sampling_only_with_model_aware(capsys, hero_home, fake_lm, monkeypatch):
+    from verifier.cli import main
+
+    monkeypatch.delenv("HERO_URL", raising=False)
+    assert main(["keys", "init"]) == 0
+    capsys.readouterr()
+    assert main(["decode", "--levels", "1,2", "--text", HUMAN, "--model-aware", "--top-k", "50", "--top-p", "0.9"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scoring"] == "model-aware" and not out["watermarked"]
+    for argv, message in ((["--top-p", "0.9"], "--top-k/--top-p describe the providers' sampling"),
+                          (["--model-aware", "--top-p", "1.5"], "top_p must be in (0, 1]")):
+        assert main(["decode", "--text", HUMAN, *argv]) != 0
+        assert message in capsys.readouterr().err

@@ -6,7 +6,7 @@ device; the model comes from verifier.lm, loaded once per process and device.
 
 from __future__ import annotations
 
-from verifier.engine.model_aware import ModelAwareScorer
+from verifier.engine.model_aware import DeploymentSampling, ModelAwareScorer
 
 
 def _load(name: str, device: str):
@@ -15,7 +15,14 @@ def _load(name: str, device: str):
     return lm.load_model(name, device)[0]
 
 
-def model_aware_scorer(enabled: bool, device: str = "cpu") -> ModelAwareScorer | None:
+def deployment_sampling(settings) -> DeploymentSampling:
+    """HERO_MODEL_AWARE_TEMPERATURE / _TOP_K / _TOP_P as the scorer's DeploymentSampling."""
+    return DeploymentSampling(temperature=settings.model_aware_temperature, top_k=settings.model_aware_top_k,
+                              top_p=settings.model_aware_top_p)
+
+
+def model_aware_scorer(enabled: bool, device: str = "cpu",
+                       sampling: DeploymentSampling | None = None) -> ModelAwareScorer | None:
     """The scorer for HERO_MODEL_AWARE (`device` "auto": CUDA when present), None for model-free scoring."""
     if not enabled:
         return None
@@ -23,4 +30,4 @@ def model_aware_scorer(enabled: bool, device: str = "cpu") -> ModelAwareScorer |
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return ModelAwareScorer(_load, device)
+    return ModelAwareScorer(_load, device, sampling=sampling)

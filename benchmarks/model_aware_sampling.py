@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--lm-batch", type=int, default=8)
     ap.add_argument("--limit", type=int, default=0, help="only the first N texts (a quick look)")
     ap.add_argument("--attacks", action="store_true", help="also replaced tokens (10 %%, 20 %%) and 50/50 splices")
+    ap.add_argument("--attacks-only", action="store_true", help="only the attacks (no prefixes, no oracle)")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -160,6 +161,12 @@ def main() -> None:
     model, tok = load_model("smollm2")
     model.eval()
     texts = _retokenized(ids) if a.retokenize else ids
+    report: dict = {"texts": len(texts), "retokenized": a.retokenize, "setting": a.setting, "cells": []}
+    if a.attacks_only:
+        report["attacks"] = _attacks(a, model, profile, decoder, texts, payloads)
+        if a.json:
+            Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
+        return
     t0 = time.perf_counter()
     probs = _probabilities(model, profile, texts, _samplings(a.setting), a.lm_batch)
     if not a.retokenize:
@@ -170,7 +177,6 @@ def main() -> None:
         prompt_ids = tok(prompts, add_special_tokens=False)["input_ids"]
         probs["oracle"] = _oracle(model, profile, prompt_ids, texts, a.lm_batch, a.setting)
     print(f"LM passes: {time.perf_counter() - t0:.0f}s for {len(texts)} texts", file=sys.stderr, flush=True)
-    report: dict = {"texts": len(texts), "retokenized": a.retokenize, "setting": a.setting, "cells": []}
     for name, pr, weighting in _scorings(probs):
         cell: dict = {"scoring": name}
         for n in LENGTHS:

@@ -12,6 +12,9 @@ Why weights: under Gumbel-max a chosen token of probability p has U ~ Beta(1/p, 
 carries no evidence, one with small p a lot. Equal weights spend as much noise on the former as signal on
 the latter (at top-k/top-p, 30 % of level-2 positions have in-chunk probability >= 0.99).
 
+The likelihood-ratio statistic of model-aware scoring (spec 16.4) is the same law read on the other side:
+T = sum_t w_t Y_t with Y_t = -log U_t, w_t = 1/p_t - 1, small under the mark: `weighted_log_cdf`.
+
 Tails: saddlepoint (Lugannani-Rice in Barndorff-Nielsen's r* form, in log space so 1e-300 tails keep their
 digits): with s^ solving K'(s^) = x, r = sign(s^) sqrt(2 (s^ x - K(s^))), u = s^ sqrt(K''(s^)),
 r* = r + log(u / r) / r; P[T >= x] ~ 1 - Phi(r*). Exact Gamma when the weights are
@@ -67,24 +70,7 @@ def weighted_log_sf(weights: ArrayLike, x: ArrayLike) -> np.ndarray:
 
     A row without positive weight has T = 0: log 1 at x <= 0, else -inf. Equal positive weights use the
     exact Gamma tail."""
-    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
-    if w.shape[0] != x.shape[0]:
-        w = np.broadcast_to(w, (x.shape[0], w.shape[1]))
-    out = np.empty(x.shape)
-    live = (w > 0).any(axis=1)
-    out[~live] = np.where(x[~live] <= 0, 0.0, -np.inf)
-    pos_w = np.where(w > 0, w, np.nan)
-    pos_w = np.where(live[:, None], pos_w, 1.0)
-    wmin, wmax = np.nanmin(pos_w, axis=1), np.nanmax(pos_w, axis=1)
-    n = (w > 0).sum(axis=1)
-    equal = live & (wmax - wmin <= 1e-12 * wmax)
-    if equal.any():  # Gamma(n) scaled by the common weight: exact
-        out[equal] = stats.log_gamma_sf_array(n[equal], x[equal] / wmax[equal])
-    rest = live & ~equal
-    if rest.any():
-        out[rest] = _saddle_tail(w[rest], x[rest])
-    return out
+    return _weighted_log_tail(weights, x, lower=False)
 
 
 def weighted_log_cdf(weights: ArrayLike, x: ArrayLike) -> np.ndarray:
@@ -92,23 +78,30 @@ def weighted_log_cdf(weights: ArrayLike, x: ArrayLike) -> np.ndarray:
 
     The likelihood-ratio statistic's tail: its evidence is small under the mark. A row without positive
     weight has T = 0: log 1 at x >= 0. Equal positive weights use the exact Gamma distribution function."""
+    return _weighted_log_tail(weights, x, lower=True)
+
+
+def _weighted_log_tail(weights: ArrayLike, x: ArrayLike, lower: bool) -> np.ndarray:
     w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
     x = np.asarray(x, dtype=np.float64).reshape(-1)
     if w.shape[0] != x.shape[0]:
         w = np.broadcast_to(w, (x.shape[0], w.shape[1]))
     out = np.empty(x.shape)
     live = (w > 0).any(axis=1)
-    out[~live] = np.where(x[~live] >= 0, 0.0, -np.inf)
+    out[~live] = np.where((x[~live] >= 0) if lower else (x[~live] <= 0), 0.0, -np.inf)
     pos_w = np.where(live[:, None], np.where(w > 0, w, np.nan), 1.0)
     wmin, wmax = np.nanmin(pos_w, axis=1), np.nanmax(pos_w, axis=1)
     n = (w > 0).sum(axis=1)
     equal = live & (wmax - wmin <= 1e-12 * wmax)
-    if equal.any():
-        with np.errstate(divide="ignore"):
-            out[equal] = np.log(special.gammainc(n[equal], np.maximum(x[equal], 0.0) / wmax[equal]))
+    if equal.any():  # Gamma(n) scaled by the common weight: exact
+        if lower:
+            with np.errstate(divide="ignore"):
+                out[equal] = np.log(special.gammainc(n[equal], np.maximum(x[equal], 0.0) / wmax[equal]))
+        else:
+            out[equal] = stats.log_gamma_sf_array(n[equal], x[equal] / wmax[equal])
     rest = live & ~equal
     if rest.any():
-        out[rest] = _saddle_tail(w[rest], x[rest], lower=True)
+        out[rest] = _saddle_tail(w[rest], x[rest], lower=lower)
     return out
 
 

@@ -99,7 +99,10 @@ class _TokenEvidence:
 
 
 class WeightedDecoder:
-    """Weighted decoding for the levels and versions a `Decoder` holds (its keys, alpha, unavailable)."""
+    """Weighted decoding for the levels and versions a `Decoder` holds (its keys, alpha, unavailable).
+
+    `statistic` must be the one the weights were made for (`Weighting.statistic`): LINEAR by default, where
+    equal weights are model-free decoding exactly."""
 
     def __init__(self, decoder: Decoder, scoring: str = MODEL_AWARE, statistic: str = LINEAR) -> None:
         if scoring not in SCORINGS:

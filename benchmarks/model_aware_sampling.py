@@ -142,6 +142,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="only the first N texts (a quick look)")
     ap.add_argument("--attacks", action="store_true", help="also replaced tokens (10 %%, 20 %%) and 50/50 splices")
     ap.add_argument("--attacks-only", action="store_true", help="only the attacks (no prefixes, no oracle)")
+    ap.add_argument("--humans-only", action="store_true", help="only the human texts (with --humans)")
+    ap.add_argument("--humans-offset", type=int, default=0, help="skip the first N human texts (a fresh sample)")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -162,6 +164,11 @@ def main() -> None:
     model.eval()
     texts = _retokenized(ids) if a.retokenize else ids
     report: dict = {"texts": len(texts), "retokenized": a.retokenize, "setting": a.setting, "cells": []}
+    if a.humans_only:
+        report["humans"] = _humans(a, model, tok, profile, decoder, seed)
+        if a.json:
+            Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
+        return
     if a.attacks_only:
         report["attacks"] = _attacks(a, model, profile, decoder, texts, payloads)
         if a.json:
@@ -244,7 +251,8 @@ def _attacks(a, model, profile, decoder, texts, payloads) -> list[dict]:
 def _humans(a, model, tok, profile, decoder, seed) -> list[dict]:
     from verifier.evaluation.corpus import bbc_prompts_and_humans
 
-    _, arts = bbc_prompts_and_humans(0, a.humans, seed=seed)
+    _, arts = bbc_prompts_and_humans(0, a.humans_offset + a.humans, seed=seed)
+    arts = arts[a.humans_offset:]
     texts = [x[:200] for x in tok([x.text for x in arts], add_special_tokens=False)["input_ids"]]
     probs = _probabilities(model, profile, texts, _samplings(a.setting), a.lm_batch)
     out = []

@@ -100,7 +100,8 @@ def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] 
                    profiles=profile_lookup(profile), tokenizers=tokenizers,
                    runner=Runner(store, tokenizers, settings.alpha,
                                  scorer=model_aware_scorer(settings.model_aware, settings.worker_device,
-                                                           deployment_sampling(settings))))
+                                                           deployment_sampling(settings),
+                                                           settings.model_aware_statistic)))
 
 
 class ProcessLocal:

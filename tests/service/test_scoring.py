@@ -89,6 +89,13 @@ def test_model_aware_service_scores_with_the_lm_in_verify_and_jobs(make_service,
 def test_model_aware_setting_reads_the_environment(monkeypatch, tmp_path):
     from verifier.settings import Settings
 
+    assert Settings(home=tmp_path).model_aware_statistic == "linear"
+    monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "likelihood-ratio")
+    assert Settings(home=tmp_path).model_aware_statistic == "likelihood-ratio"
+    monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "best")
+    with pytest.raises(ValueError):
+        Settings(home=tmp_path)
+    monkeypatch.delenv("HERO_MODEL_AWARE_STATISTIC")
     monkeypatch.setenv("HERO_MODEL_AWARE", "1")
     assert Settings(home=tmp_path).model_aware is True
     monkeypatch.delenv("HERO_MODEL_AWARE")
@@ -126,8 +133,10 @@ def test_the_deployments_sampling_reaches_the_scorer_and_the_verdicts(make_servi
         Settings(home=tmp_path)
     monkeypatch.delenv("HERO_MODEL_AWARE_TOP_K")
     monkeypatch.delenv("HERO_MODEL_AWARE_TOP_P")
-    svc = make_service(sqlite_url, model_aware=True, model_aware_top_k=50, model_aware_top_p=0.9)
+    svc = make_service(sqlite_url, model_aware=True, model_aware_top_k=50, model_aware_top_p=0.9,
+                       model_aware_statistic="likelihood-ratio")
     assert svc.ctx.runner.scorer.sampling == sampling
+    assert svc.ctx.runner.scorer.weighting.statistic == "likelihood-ratio"
     svc.init_keys()
     texts = make_texts(svc, 2, steps=60)
     res = _verify(svc, [*texts, HUMAN])
@@ -141,10 +150,13 @@ def test_cli_decode_takes_the_providers_sampling_only_with_model_aware(capsys, h
     monkeypatch.delenv("HERO_URL", raising=False)
     assert main(["keys", "init"]) == 0
     capsys.readouterr()
-    assert main(["decode", "--levels", "1,2", "--text", HUMAN, "--model-aware", "--top-k", "50", "--top-p", "0.9"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["scoring"] == "model-aware" and not out["watermarked"]
-    for argv, message in ((["--top-p", "0.9"], "--top-k/--top-p describe the providers' sampling"),
+    for extra in ([], ["--statistic", "likelihood-ratio"], ["--statistic", "linear"]):
+        assert main(["decode", "--levels", "1,2", "--text", HUMAN, "--model-aware", "--top-k", "50",
+                     "--top-p", "0.9", *extra]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["scoring"] == "model-aware" and not out["watermarked"]
+    for argv, message in ((["--top-p", "0.9"], "--top-k/--top-p/--statistic apply to --model-aware scoring"),
+                          (["--statistic", "likelihood-ratio"], "apply to --model-aware scoring"),
                           (["--model-aware", "--top-p", "1.5"], "top_p must be in (0, 1]")):
         assert main(["decode", "--text", HUMAN, *argv]) != 0
         assert message in capsys.readouterr().err

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "HERO_MODEL_AWARE_TOP_K; a setting of the deployment, not of the text)")
     p.add_argument("--top-p", type=float, default=None,
                    help="with --model-aware: the providers' top-p (default HERO_MODEL_AWARE_TOP_P)")
+    p.add_argument("--statistic", choices=("linear", "likelihood-ratio"), default=None,
+                   help="with --model-aware: the statistic summed (default HERO_MODEL_AWARE_STATISTIC, linear; "
+                   "likelihood-ratio is stronger on unedited text, weaker on edited or spliced text)")
     p.add_argument("--expect", action="append", default=[], metavar="FIELD=VALUE",
                    help="ask about one value (repeatable, e.g. --expect model=37): the result's `expected` gives "
                    "that value's one-value test (per-value levels, within --levels)")
@@ -110,7 +113,7 @@ def cmd_decode(args: argparse.Namespace) -> None:
     if url is not None:
         if args.alpha is not None:
             raise ValueError("--alpha applies to a local decode; the service uses its HERO_ALPHA (or pass --local)")
-        if args.model_aware or args.top_k is not None or args.top_p is not None:
+        if args.model_aware or args.top_k is not None or args.top_p is not None or args.statistic is not None:
             raise ValueError("--model-aware applies to a local decode; the service scores as its HERO_MODEL_AWARE "
                              "says (or pass --local)")
         token = os.environ.get("HERO_TOKEN", "").strip()
@@ -157,14 +160,14 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
     alpha = settings.alpha if args.alpha is None else args.alpha
     store = open_store(settings)
     scorer = None
-    if (args.top_k is not None or args.top_p is not None) and not args.model_aware:
-        raise ValueError("--top-k/--top-p describe the providers' sampling for --model-aware scoring")
+    if (args.top_k is not None or args.top_p is not None or args.statistic is not None) and not args.model_aware:
+        raise ValueError("--top-k/--top-p/--statistic apply to --model-aware scoring")
     if args.model_aware:
         from verifier.verify.scoring import deployment_sampling, model_aware_scorer
 
         sampling = deployment_sampling(settings.model_copy(update={
             k: v for k, v in (("model_aware_top_k", args.top_k), ("model_aware_top_p", args.top_p)) if v is not None}))
-        scorer = model_aware_scorer(True, "auto", sampling)
+        scorer = model_aware_scorer(True, "auto", sampling, args.statistic or settings.model_aware_statistic)
     runner = Runner(store, TokenizerCache(), settings.alpha, scorer=scorer)
     try:
         (out,) = runner.decode(DecodeJob(profile, (text,), grant.level, alpha, expect=asked))

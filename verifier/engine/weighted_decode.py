@@ -44,6 +44,7 @@ SCORINGS = (MODEL_FREE, MODEL_AWARE)
 LINEAR = "linear"  # T = sum w_t X_t, X_t = -log(1 - U_t); upper tail (spec 16.1)
 LIKELIHOOD_RATIO = "likelihood-ratio"  # T = sum w_t Y_t, Y_t = -log U_t; lower tail (spec 16.4)
 STATISTICS = (LINEAR, LIKELIHOOD_RATIO)
+DEFAULT_CLIP = {LINEAR: 4.0, LIKELIHOOD_RATIO: 5.0}
 _GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equivalent scores
 
 
@@ -51,18 +52,20 @@ _GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equival
 class Weighting:
     """Per-token weights from the level probabilities p, for one of two statistics, made robust:
 
-    - `statistic`: LIKELIHOOD_RATIO (the default of model-aware scoring) weighs Y = -log U by 1/p - 1, the
-      log-likelihood ratio of U ~ Beta(1/p, 1) against Uniform up to a constant: the Neyman-Pearson
-      statistic when p is right; LINEAR weighs X = -log(1 - U) by H(1/p) - 1
-      (engine/weighted.optimal_weight), the locally most powerful weight for X;
+    - `statistic`: LINEAR (model-aware scoring's default) weighs X = -log(1 - U) by H(1/p) - 1
+      (engine/weighted.optimal_weight), the locally most powerful weight for X; LIKELIHOOD_RATIO
+      (HERO_MODEL_AWARE_STATISTIC=likelihood-ratio) weighs Y = -log U by 1/p - 1, the log-likelihood ratio
+      of U ~ Beta(1/p, 1) against Uniform up to a constant: the Neyman-Pearson statistic when p is right,
+      stronger on verbatim text, weaker on edited or spliced text (docs/evaluation/spec-v3.md, session 16);
     - `mix`: the verifier's probability is mixed with a flat floor, p' = (1 - mix) p + mix, before the
       weight is taken;
-    - `clip`: no token weighs more than `clip` (the re-run lacks the prompt and a replaced token is
-      improbable to the model: an unclipped 1/p - 1 lets one such token swamp the sum).
+    - `clip`: no token weighs more than `clip` (default 4 linear, 5 likelihood ratio: the re-run lacks the
+      prompt and a replaced token is improbable to the model: an unclipped 1/p - 1 lets one such token swamp
+      the sum).
     """
 
-    statistic: str = LIKELIHOOD_RATIO
-    clip: float = 5.0
+    statistic: str = LINEAR
+    clip: float | None = None
     mix: float = 0.0
 
     def __post_init__(self) -> None:
@@ -72,7 +75,7 @@ class Weighting:
     def __call__(self, p: np.ndarray) -> np.ndarray:
         q = np.clip((1.0 - self.mix) * np.asarray(p, dtype=np.float64) + self.mix, 1e-12, 1.0)
         w = weighted.optimal_weight(q) if self.statistic == LINEAR else 1.0 / q - 1.0
-        return np.minimum(w, self.clip)
+        return np.minimum(w, DEFAULT_CLIP[self.statistic] if self.clip is None else self.clip)
 
 
 def _statistic_evidence(statistic: str, x: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ device; the model comes from verifier.lm, loaded once per process and device.
 from __future__ import annotations
 
 from verifier.engine.model_aware import DeploymentSampling, ModelAwareScorer
+from verifier.engine.weighted_decode import LINEAR, Weighting
 
 
 def _load(name: str, device: str):
@@ -21,8 +22,8 @@ def deployment_sampling(settings) -> DeploymentSampling:
                               top_p=settings.model_aware_top_p)
 
 
-def model_aware_scorer(enabled: bool, device: str = "cpu",
-                       sampling: DeploymentSampling | None = None) -> ModelAwareScorer | None:
+def model_aware_scorer(enabled: bool, device: str = "cpu", sampling: DeploymentSampling | None = None,
+                       statistic: str = LINEAR) -> ModelAwareScorer | None:
     """The scorer for HERO_MODEL_AWARE (`device` "auto": CUDA when present), None for model-free scoring."""
     if not enabled:
         return None
@@ -30,4 +31,4 @@ def model_aware_scorer(enabled: bool, device: str = "cpu",
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return ModelAwareScorer(_load, device, sampling=sampling)
+    return ModelAwareScorer(_load, device, weighting=Weighting(statistic), sampling=sampling)

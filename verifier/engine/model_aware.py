@@ -134,18 +134,25 @@ def scored_logits(model, batch: Sequence[Sequence[int]], context_width: int, *,
             yield pos, logits[i, t - 1].double()
 
 
+@lru_cache(maxsize=8)
+def _device_prefixes(vocab: int, schedule: tuple[int, ...], stride: int, device: str) -> tuple[torch.Tensor, list[int]]:
+    """routing_prefixes on `device` and each level's range count: made once, not per text."""
+    pref = torch.from_numpy(_prefixes(vocab, schedule, stride)).to(device)
+    return pref, [int(pref[lv].max()) + 1 for lv in range(pref.shape[0])]
+
+
 def routing_probabilities(profile: Profile, probs: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
     """[n, V] next-token probabilities and the [n] chosen tokens -> [n, levels] float64 p_l: the chosen
     routing range's share of its parent's mass at each level (the last level: the token's share)."""
     n, device = tokens.shape[0], probs.device
-    pref = torch.from_numpy(routing_prefixes(profile)).to(device)  # [L, V]
+    pref, sizes = _device_prefixes(profile.vocab_size, tuple(profile.schedule), profile.routing_stride, str(device))
     if n == 0:
         return np.zeros((0, pref.shape[0]))
     prev = torch.ones(n, dtype=torch.float64, device=device)
     levels = []
     for lv in range(pref.shape[0] - 1):
         idx = pref[lv].expand(n, -1)
-        mass = torch.zeros(n, int(pref[lv].max()) + 1, dtype=torch.float64, device=device).scatter_add_(1, idx, probs)
+        mass = torch.zeros(n, sizes[lv], dtype=torch.float64, device=device).scatter_add_(1, idx, probs)
         cur = mass.gather(1, pref[lv, tokens].unsqueeze(1))[:, 0]
         levels.append(cur / prev.clamp_min(1e-300))
         prev = cur

@@ -207,6 +207,88 @@ def test_native_step_splits_rows_over_threads_with_the_same_draws():
     assert all(o == outs[0] for o in outs[1:3]) and outs[0][:4] == outs[3][:4] and all(outs[0][1])
 
 
+@pytest.mark.skipif(not native_ok, reason="C kernel not built")
+@pytest.mark.parametrize("spec", [1, 2])
+def test_native_fast_path_draws_the_exact_paths_tokens(spec):
+    """The C step's fast path (vectorised exp, each routing decision taken only with a margin) draws the tokens
+    of its exact path (libm exp, the spec's sequential sums): random batches with wide logit ranges (masses far
+    below e^-708), masked tokens, flat rows (ties of masses), interleaved layouts, float32 and float64; and with
+    a margin so wide that every decision goes back to the exact path."""
+    mod = cpu_kernel.load()
+    rng = random.Random(spec)
+    cases = [(6000, (20, 3), 20, 2.0, torch.float32), (5000, (80,), 0, 8.0, torch.float64),
+             (997, (7,), 13, 30.0, torch.float32), (3000, (4, 3), 0, 400.0, torch.float64)]
+    try:
+        for vocab, sched, stride, scale, dtype in cases:
+            widths = [4, 8, 16][: len(sched) + 1]
+            args = (sched, 3, [[rng.randbytes(16) for _ in range(w)] for w in widths], rng.randbytes(16), 3, spec,
+                    stride)
+            fs = _sampler(args)
+            b = 40
+            payload = torch.tensor([[[rng.randrange(w) for w in widths] for _ in range(3)] for _ in range(b)])
+            logits = (torch.randn(b, vocab, dtype=torch.float64) * scale).to(dtype)
+            logits[: b // 2, ::5] = float("-inf")
+            logits[-1] = 0.0  # flat: every chunk of a level has the same mass
+            logits[-2] = float("-inf")
+            logits[-2, rng.randrange(vocab)] = 1.0  # one token left
+            ctx = torch.tensor([[rng.randrange(vocab) for _ in range(3)] for _ in range(b)])
+            got = {}
+            for name, on, margin in (("exact", False, 1e-7), ("fast", True, 1e-7), ("every-fallback", True, 1e9)):
+                mod.fast_step(on, margin)
+                tokens, marks = _one_step(fs, logits, ctx, payload, "native")
+                assert bool(marks.all())
+                got[name] = tokens.tolist()
+            assert got["fast"] == got["exact"] == got["every-fallback"], (vocab, sched, stride, scale)
+            assert got["fast"][-2] == int(logits[-2].argmax())
+    finally:
+        mod.fast_step(True, 1e-7)
+
+
+@pytest.mark.skipif(not native_ok, reason="C kernel not built")
+def test_native_fast_exp_meets_the_bound_its_margin_assumes():
+    """Relative error < 1e-14 against libm on [-708, 0] (every kernel path this CPU has); 0 below, and for
+    -inf and NaN (the exact path's 0 for a warped-away token)."""
+    import numpy as np
+
+    mod = cpu_kernel.load()
+    x = np.concatenate([np.linspace(-708.0, 0.0, 200_001), -np.logspace(-12, np.log10(708), 50_001),
+                        np.random.default_rng(0).uniform(-708, 0, 200_000), [-0.0, 0.0]])
+    want = np.exp(x)
+    before = mod.isa()
+    try:
+        for path in mod.isas():
+            mod.isa(path)
+            got = x.copy()
+            mod.fast_exp(got)
+            assert float(np.max(np.abs(got / want - 1.0))) < 1e-14, path
+            low = np.array([-708.5, -745.2, -1e4, -np.inf, np.nan])
+            mod.fast_exp(low)
+            assert low.tolist() == [0.0] * 5, path
+    finally:
+        mod.isa(before)
+
+
+@pytest.mark.skipif(not native_ok, reason="C kernel not built")
+def test_native_fast_path_agrees_on_close_calls():
+    """Two tokens per chunk, so a chunk's mass is one or two exps and many decisions are close: 20,000 rows
+    draw the exact path's tokens (a fast exp off by 1e-3 fails it: checked by mutation)."""
+    mod = cpu_kernel.load()
+    rng = random.Random(5)
+    fs = _sampler(((64,), 1, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16), 3, 2, 0))
+    b = 20_000
+    logits = torch.randn(b, 128, dtype=torch.float64) * 0.3
+    ctx = torch.tensor([[rng.randrange(128) for _ in range(3)] for _ in range(b)])
+    payload = torch.zeros(b, 1, 2, dtype=torch.int64)
+    got = []
+    try:
+        for on in (False, True):
+            mod.fast_step(on, 1e-7)
+            got.append(_one_step(fs, logits, ctx, payload, "native")[0].tolist())
+    finally:
+        mod.fast_step(True, 1e-7)
+    assert got[0] == got[1]
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_state_is_kept_per_slot(backend):
     check_marks(backend, 2, slotted=True)

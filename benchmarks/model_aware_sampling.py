@@ -71,9 +71,21 @@ def _samplings(setting: str) -> dict[str, DeploymentSampling]:
     return out
 
 
+def _model_free_log_u(texts, n: int, context_width: int) -> list[np.ndarray]:
+    """Equal weights on -log U, lower tail: the likelihood-ratio statistic with one p for every token (no model;
+    Li et al.'s h_log score). Any constant p gives the same p-values; 0.5 makes every weight 1."""
+    from verifier.engine.reference import scored_positions
+
+    return [np.full((len(scored_positions(list(t[:n]), context_width)), 2), 0.5) for t in texts]
+
+
 def _scorings(probs: dict[str, list]) -> list[tuple[str, list | None, Weighting | None]]:
     """(name, level probabilities, weighting) per scoring compared."""
     out: list[tuple[str, list | None, Weighting | None]] = [("model-free", None, None)]
+    if "model-free log U" in probs:
+        out.append(("model-free, -log U lower tail", probs["model-free log U"], LR))
+    if "T=1" not in probs:
+        return out
     out.append(("linear, T=1 (session 14)", probs["T=1"], LINEAR_OLD))
     for name, pr in probs.items():
         if name != "oracle":
@@ -121,6 +133,13 @@ def _oracle(model, profile, prompts_ids, texts, batch: int, setting: str) -> lis
     return out
 
 
+def _every_probability(a, model, profile, texts) -> dict[str, list]:
+    """What every scoring reads: the LM's (unless --model-free-only) and the model-free -log U row's."""
+    probs = {} if a.model_free_only else _probabilities(model, profile, texts, _samplings(a.setting), a.lm_batch)
+    probs["model-free log U"] = _model_free_log_u(texts, max(LENGTHS), profile.context_width)
+    return probs
+
+
 def _decode(decoder, texts, probs, n: int, weighting: Weighting | None):
     from verifier.engine.reference import scored_positions
 
@@ -144,6 +163,8 @@ def main() -> None:
     ap.add_argument("--attacks-only", action="store_true", help="only the attacks (no prefixes, no oracle)")
     ap.add_argument("--humans-only", action="store_true", help="only the human texts (with --humans)")
     ap.add_argument("--humans-offset", type=int, default=0, help="skip the first N human texts (a fresh sample)")
+    ap.add_argument("--model-free-only", action="store_true",
+                    help="only the model-free statistics (no LM pass): equal weights on X and on -log U")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -175,8 +196,8 @@ def main() -> None:
             Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
         return
     t0 = time.perf_counter()
-    probs = _probabilities(model, profile, texts, _samplings(a.setting), a.lm_batch)
-    if not a.retokenize:
+    probs = _every_probability(a, model, profile, texts)
+    if not a.retokenize and not a.model_free_only:
         from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 
         arts, _ = bbc_prompts_and_humans(len(ids), 0, seed=seed)
@@ -229,7 +250,7 @@ def _attacks(a, model, profile, decoder, texts, payloads) -> list[dict]:
     sets["splice 50/50"] = ([list(sp.ids) for sp in splices], [sp.users for sp in splices])
     out = []
     for attack, (batch, truth) in sets.items():
-        probs = _probabilities(model, profile, batch, _samplings(a.setting), a.lm_batch)
+        probs = _every_probability(a, model, profile, batch)
         for name, pr, weighting in _scorings(probs):
             res = _decode(decoder, batch, pr, 200, weighting)
             row: dict = {"attack": attack, "scoring": name}
@@ -254,7 +275,7 @@ def _humans(a, model, tok, profile, decoder, seed) -> list[dict]:
     _, arts = bbc_prompts_and_humans(0, a.humans_offset + a.humans, seed=seed)
     arts = arts[a.humans_offset:]
     texts = [x[:200] for x in tok([x.text for x in arts], add_special_tokens=False)["input_ids"]]
-    probs = _probabilities(model, profile, texts, _samplings(a.setting), a.lm_batch)
+    probs = _every_probability(a, model, profile, texts)
     out = []
     for name, pr, weighting in _scorings(probs):
         res = _decode(decoder, texts, pr, 200, weighting)

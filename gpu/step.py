@@ -8,7 +8,9 @@ chunk, or draw from the same distribution with fresh randomness when unmarked. T
 tensors on the sampler's device (`generated` [B] int64 and a `ContextLog`), so no step needs a host sync.
 
 Backends (same tokens for marked rows, the reference's draw):
-  native  the C extension (gpu/_native/hero_kernels.c `sample_step`), CPU tensors; float64 throughout;
+  native  the C extension (gpu/_native/hero_kernels.c `sample_step`), CPU tensors; float64 throughout; chunk
+          masses from a vectorised exp, each routing decision taken only when it leads by a margin far above
+          both paths' rounding, else redone with libm's exp (`fast_step(False)` forces the exact path);
   triton  one kernel per step (gpu/triton_step.py), CUDA or the Triton interpreter (TRITON_INTERPRET=1);
   torch   element-wise torch (gpu/prf.py + gpu/sampler.route_and_sample), any device: the readable fallback.
 A new spec version adds one branch where the level seeds are derived (`HeroSampler.level_seeds` for torch,

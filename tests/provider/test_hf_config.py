@@ -100,11 +100,20 @@ def test_warpers_stay_transformers_own(smollm2):
 
 @pytest.mark.slow
 def test_bench_generate_alternates_plain_hero_and_synthid():
-    """`hero bench generate` (fused path) on the random-weight SmolLM2 shape: every variant timed, same run."""
+    """`hero bench generate` (fused path) on the random-weight SmolLM2 shape: every variant timed, same run
+    (with the C kernel: also HeRo on the exact step alone, and the fast path switched back on afterwards)."""
+    from gpu import cpu_kernel
     from verifier.cli.bench import RANDOM_MODEL, generate_overhead_figures
 
-    f = generate_overhead_figures(2, tokens=2, reps=1, model_name=RANDOM_MODEL, top_k=50, top_p=0.9, synthid=True)
+    native = cpu_kernel.load()
+    f = generate_overhead_figures(2, tokens=2, reps=1, model_name=RANDOM_MODEL, top_k=50, top_p=0.9, synthid=True,
+                                  exact_step=native is not None)
     assert f["batch"] == 2 and f["tokens"] == 2 and f["path"] == "fused"
-    assert set(f["seconds_per_step"]) == {"plain", "hero", "synthid"}
+    want = {"plain", "hero", "synthid"} | ({"hero-exact-step"} if native is not None else set())
+    assert set(f["seconds_per_step"]) == want
+    if native is not None:
+        assert f["exact_step_ms_per_step"] > 0 and native.fast_step() is True
     assert all(f[k] > 0 for k in ("plain_ms_per_step", "hero_ms_per_step", "synthid_ms_per_step"))
     assert f["overhead_pct"] == pytest.approx(100 * (f["hero_ms_per_step"] / f["plain_ms_per_step"] - 1))
+    times = f["seconds_per_step"]  # one repetition: the paired ratio is that pair's
+    assert f["overhead_pct_paired"] == pytest.approx(100 * (times["hero"]["median"] / times["plain"]["median"] - 1))

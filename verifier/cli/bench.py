@@ -42,6 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--synthid", action="store_true", help="also time transformers' SynthID in the same pairs")
+    g.add_argument("--exact-step", action="store_true",
+                   help="also time HeRo with the C step's exact path only (no fast path) in the same pairs")
     g.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     g.set_defaults(handler=cmd_generate)
     from verifier.cli import bench_serve  # its own module: `hero bench serve`
@@ -247,6 +249,7 @@ def bench_bundle(profile=None):
 
 def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: str = "smollm2",
                               device: str = "cpu", *, top_k: int = 0, top_p: float = 1.0, synthid: bool = False,
+                              exact_step: bool = False,
                               dtype: str = "float32", prompt_tokens: int = 16) -> dict:
     """model.generate per step: plain sampling vs HeroWatermarkingConfig (vs SynthID), alternated in one run.
 
@@ -276,11 +279,21 @@ def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model
 
         keys = [int(x) for x in torch.randint(0, 1000, (20,), generator=gen)]
         variants["synthid"] = lambda: SynthIDTextWatermarkingConfig(keys=keys, ngram_len=5)
+    native = None
+    if exact_step:
+        from gpu import cpu_kernel
+
+        native = cpu_kernel.load()
+        if native is None or device != "cpu":
+            raise SystemExit("--exact-step needs the C kernel and --device cpu")
+        variants["hero-exact-step"] = variants["hero"]
     sync = device == "cuda"
 
     def run(name: str) -> float:
         make = variants[name]
         kw = {"watermarking_config": make()} if make else {}
+        if native is not None:
+            native.fast_step(name != "hero-exact-step")
         if sync:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -300,13 +313,23 @@ def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             times[name].append(run(name))
+    if native is not None:
+        native.fast_step(True)
     med = {n: statistics.median(t) for n, t in times.items()}
     out = {"bench": "generate", "path": "fused", "model": model_name, "device": device, "dtype": dtype,
            "batch": batch, "tokens": tokens, "reps": reps, "top_k": top_k, "top_p": top_p,
            "plain_ms_per_step": 1000 * med["plain"], "hero_ms_per_step": 1000 * med["hero"],
            "overhead_pct": 100.0 * (med["hero"] / med["plain"] - 1.0),
            "overhead_pct_best": 100.0 * (min(times["hero"]) / min(times["plain"]) - 1.0),
+           # each repetition's HeRo run against the plain run beside it: drift between repetitions cancels
+           "overhead_pct_paired": 100.0 * (statistics.median(
+               h / p for h, p in zip(times["hero"], times["plain"], strict=True)) - 1.0),
            "seconds_per_step": {n: summary(t) for n, t in times.items()}}
+    if exact_step:
+        out["exact_step_ms_per_step"] = 1000 * med["hero-exact-step"]
+        out["exact_step_overhead_pct"] = 100.0 * (med["hero-exact-step"] / med["plain"] - 1.0)
+        out["exact_step_overhead_pct_paired"] = 100.0 * (statistics.median(
+            h / p for h, p in zip(times["hero-exact-step"], times["plain"], strict=True)) - 1.0)
     if synthid:
         out["synthid_ms_per_step"] = 1000 * med["synthid"]
         out["synthid_overhead_pct"] = 100.0 * (med["synthid"] / med["plain"] - 1.0)
@@ -361,5 +384,6 @@ def cmd_generate(args: argparse.Namespace) -> None:
         out = generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device)
     else:
         out = generate_overhead_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device,
-                                        top_k=args.top_k, top_p=args.top_p, synthid=args.synthid, dtype=args.dtype)
+                                        top_k=args.top_k, top_p=args.top_p, synthid=args.synthid, dtype=args.dtype,
+                                        exact_step=args.exact_step)
     emit({**out, "warnings": [warning]} if warning else out)

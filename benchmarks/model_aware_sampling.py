@@ -9,6 +9,8 @@ decodes each text's first 50 / 100 / 200 tokens with an auditor's keys (levels 1
 - `linear`: the LM re-run over the text alone at temperature 1, weights min(H(1/p) - 1, 4) on X = -log(1 - U)
   (model-aware scoring of session 14);
 - `likelihood-ratio`: the same re-run, weights min(1/p - 1, 5) on -log U, lower tail (model-aware scoring now);
+- `union`: per candidate the best of equal, linear and likelihood-ratio weights, times 3 (spec 16.5);
+- `model-free, -log U lower tail`: equal weights on -log U (no model);
 - `... k50/p0.9 mix m`: the re-run with the deployment's sampler re-created (`DeploymentSampling`: transformers'
   top-k 50 then top-p 0.9, mixed with the raw distribution at weight m);
 - `oracle`: the generator's own warped probabilities (the LM run over prompt + text): what no verifier has,
@@ -45,7 +47,7 @@ from verifier.engine.decoder import Decoder
 from verifier.engine.keys import derive_level_table
 from verifier.engine.model_aware import DeploymentSampling, routing_probabilities, scored_logits
 from verifier.engine.profile import resolve_profile
-from verifier.engine.weighted_decode import LIKELIHOOD_RATIO, LINEAR, WeightedDecoder, Weighting
+from verifier.engine.weighted_decode import LIKELIHOOD_RATIO, LINEAR, UNION, WeightedDecoder, Weighting
 from verifier.evaluation.metrics import wilson
 
 LENGTHS = (50, 100, 200)
@@ -60,6 +62,7 @@ def _cell(k: int, n: int) -> dict:
 
 LINEAR_OLD = Weighting(LINEAR, clip=4.0)
 LR = Weighting(LIKELIHOOD_RATIO, clip=5.0)
+UNION_W = Weighting(UNION)
 
 
 def _samplings(setting: str) -> dict[str, DeploymentSampling]:
@@ -88,8 +91,9 @@ def _scorings(probs: dict[str, list]) -> list[tuple[str, list | None, Weighting 
         return out
     out.append(("linear, T=1 (session 14)", probs["T=1"], LINEAR_OLD))
     for name, pr in probs.items():
-        if name != "oracle":
+        if name not in ("oracle", "model-free log U"):
             out.append((f"likelihood-ratio, {name}", pr, LR))
+            out.append((f"union, {name}", pr, UNION_W))
     if "oracle" in probs:
         out.append(("linear, oracle (generator's own)", probs["oracle"], LINEAR_OLD))
         out.append(("likelihood-ratio, oracle (generator's own)", probs["oracle"], LR))
@@ -165,6 +169,7 @@ def main() -> None:
     ap.add_argument("--humans-offset", type=int, default=0, help="skip the first N human texts (a fresh sample)")
     ap.add_argument("--model-free-only", action="store_true",
                     help="only the model-free statistics (no LM pass): equal weights on X and on -log U")
+    ap.add_argument("--no-oracle", action="store_true", help="skip the generator's-own-probabilities rows")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -197,7 +202,7 @@ def main() -> None:
         return
     t0 = time.perf_counter()
     probs = _every_probability(a, model, profile, texts)
-    if not a.retokenize and not a.model_free_only:
+    if not a.retokenize and not a.model_free_only and not a.no_oracle:
         from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 
         arts, _ = bbc_prompts_and_humans(len(ids), 0, seed=seed)

@@ -23,6 +23,8 @@ from verifier.engine.weighted_decode import (
     LINEAR,
     MODEL_AWARE,
     STATISTICS,
+    UNION,
+    UNION_PARTS,
     WeightedDecoder,
     Weighting,
 )
@@ -251,7 +253,9 @@ def test_generator_weights_name_more_users_on_short_texts(keys, decoder, statist
 @pytest.mark.parametrize("statistic", STATISTICS)
 def test_null_pvalues_are_uniform_and_release_nothing(keys, decoder, statistic):
     """Human-like texts (uniform ids) and watermarked texts read with a wrong key set, weighted by a function
-    of the text: every level's p-value is uniform (KS) and no value is released (up to alpha)."""
+    of the text: every level's p-value is uniform (KS) and no value is released (up to alpha). The union's
+    p-values are a union bound over its 3 parts: valid (P[p <= t] <= t at every t) and conservative by at
+    most that factor (P[p <= t] >= t / 3), not uniform."""
     human = np.random.default_rng(5).integers(0, PROFILE.vocab_size, size=(200, 80)).tolist()
     other = make_keyset(PROFILE, 2)
     marked = generate(PROFILE, other, _payloads(random.Random(6), 100), 80, seed=23).tolist()
@@ -259,10 +263,15 @@ def test_null_pvalues_are_uniform_and_release_nothing(keys, decoder, statistic):
     res = WeightedDecoder(decoder, statistic=statistic).decode_ids(batch, _text_weights(batch, statistic=statistic))
     flagged = [r for r in res if r.watermarked or any(_named(lv) for lv in r.levels)]
     assert len(flagged) <= 2  # 300 texts x 2 levels at alpha = 1e-4 (+ the region scan)
-    for lv in (0, 1):
-        p = np.array([r.levels[lv].p_value for r in res])
-        assert sps.kstest(p, "uniform").pvalue > 1e-6, lv  # fresh keys every run: false failure ~1e-6
-    assert sps.kstest(np.array([r.p_value for r in res]), "uniform").pvalue > 1e-6
+    samples = [np.array([r.levels[lv].p_value for r in res]) for lv in (0, 1)] + [np.array([r.p_value for r in res])]
+    for i, p in enumerate(samples):
+        if statistic != UNION:
+            assert sps.kstest(p, "uniform").pvalue > 1e-6, i  # fresh keys every run: false failure ~1e-6
+            continue
+        for t in (0.05, 0.1, 0.2, 0.4):
+            k, n = int((p <= t).sum()), len(p)
+            assert sps.binom.sf(k - 1, n, t) > 1e-4, (i, t, k)  # not above t (one-sided binomial test)
+            assert sps.binom.cdf(k, n, t / len(UNION_PARTS)) > 1e-4, (i, t, k)  # not below t / 3
 
 
 @pytest.mark.slow
@@ -293,7 +302,7 @@ def test_weighted_release_names_a_wrong_value_at_most_at_its_bound(statistic):
     candidate of `mixed`) with probability at most about 2 alpha per text. Short texts (25 tokens) whose
     weights come from the verifier's noisy probabilities, not the generator's: synthetic evidence (the true
     value's U ~ Beta(1/p, 1), every other value's Exp(1)) at alpha = 0.02, so the rate is measurable."""
-    from verifier.engine.weighted_decode import _attribute, _TokenEvidence, _weighted_regions
+    from verifier.engine.weighted_decode import _attribute, _level_parts, _TokenEvidence, _weighted_regions
 
     rng = np.random.default_rng(7)
     n, c, alpha, trials, windows = 25, 256, 0.02, 1200, 8
@@ -305,8 +314,9 @@ def test_weighted_release_names_a_wrong_value_at_most_at_its_bound(statistic):
         true = int(rng.integers(c))
         x[:, 0, true] = -np.log1p(-rng.random(n) ** p_gen)
         ev = _TokenEvidence(x, np.zeros(n, dtype=np.int64))
-        full, regions = _weighted_regions(ev, w, windows, True, statistic)
-        att = _attribute(full, regions, ev, w, windows, True, 1, alpha, 8, statistic)
+        parts = _level_parts(statistic, w[..., None], 0)
+        full, regions, basis = _weighted_regions(ev, parts, windows, True)
+        att = _attribute(full, regions, basis, ev, parts, windows, True, 1, alpha, 8)
         values = {att.value} if att.status == "decoded" else {cand.value for cand in att.candidates}
         named += true in values
         wrong += bool(values - {true})

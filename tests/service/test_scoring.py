@@ -92,6 +92,8 @@ def test_model_aware_setting_reads_the_environment(monkeypatch, tmp_path):
     assert Settings(home=tmp_path).model_aware_statistic == "linear"
     monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "likelihood-ratio")
     assert Settings(home=tmp_path).model_aware_statistic == "likelihood-ratio"
+    monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "union")
+    assert Settings(home=tmp_path).model_aware_statistic == "union"
     monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "best")
     with pytest.raises(ValueError):
         Settings(home=tmp_path)
@@ -117,8 +119,9 @@ def test_cli_decode_model_aware_flag(capsys, hero_home, fake_lm, monkeypatch):
     assert code != 0 and "--model-aware applies to a local decode" in err
 
 
+@pytest.mark.parametrize("statistic", ["likelihood-ratio", "union"])
 def test_the_deployments_sampling_reaches_the_scorer_and_the_verdicts(make_service, sqlite_url, fake_lm,
-                                                                       monkeypatch, tmp_path):
+                                                                       monkeypatch, tmp_path, statistic):
     """HERO_MODEL_AWARE_TOP_K / _TOP_P: model-aware scoring reads the re-run under the providers' warp
     (engine/model_aware.DeploymentSampling); a watermarked text still decodes and human text stays absent."""
     from verifier.settings import Settings
@@ -134,9 +137,9 @@ def test_the_deployments_sampling_reaches_the_scorer_and_the_verdicts(make_servi
     monkeypatch.delenv("HERO_MODEL_AWARE_TOP_K")
     monkeypatch.delenv("HERO_MODEL_AWARE_TOP_P")
     svc = make_service(sqlite_url, model_aware=True, model_aware_top_k=50, model_aware_top_p=0.9,
-                       model_aware_statistic="likelihood-ratio")
+                       model_aware_statistic=statistic)
     assert svc.ctx.runner.scorer.sampling == sampling
-    assert svc.ctx.runner.scorer.weighting.statistic == "likelihood-ratio"
+    assert svc.ctx.runner.scorer.weighting.statistic == statistic
     svc.init_keys()
     texts = make_texts(svc, 2, steps=60)
     res = _verify(svc, [*texts, HUMAN])
@@ -150,7 +153,7 @@ def test_cli_decode_takes_the_providers_sampling_only_with_model_aware(capsys, h
     monkeypatch.delenv("HERO_URL", raising=False)
     assert main(["keys", "init"]) == 0
     capsys.readouterr()
-    for extra in ([], ["--statistic", "likelihood-ratio"], ["--statistic", "linear"]):
+    for extra in ([], ["--statistic", "likelihood-ratio"], ["--statistic", "linear"], ["--statistic", "union"]):
         assert main(["decode", "--levels", "1,2", "--text", HUMAN, "--model-aware", "--top-k", "50",
                      "--top-p", "0.9", *extra]) == 0
         out = json.loads(capsys.readouterr().out)

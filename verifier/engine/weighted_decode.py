@@ -43,8 +43,11 @@ MODEL_AWARE = "model-aware"
 SCORINGS = (MODEL_FREE, MODEL_AWARE)
 LINEAR = "linear"  # T = sum w_t X_t, X_t = -log(1 - U_t); upper tail (spec 16.1)
 LIKELIHOOD_RATIO = "likelihood-ratio"  # T = sum w_t Y_t, Y_t = -log U_t; lower tail (spec 16.4)
-STATISTICS = (LINEAR, LIKELIHOOD_RATIO)
+UNION = "union"  # the best of UNION_PARTS per candidate, times their number (a union bound; spec 16.5)
+STATISTICS = (LINEAR, LIKELIHOOD_RATIO, UNION)
 DEFAULT_CLIP = {LINEAR: 4.0, LIKELIHOOD_RATIO: 5.0}
+# the union's parts: equal weights (model-free, what survives edits best), linear and likelihood-ratio weights
+UNION_PARTS = (LINEAR, LINEAR, LIKELIHOOD_RATIO)
 _GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equivalent scores
 
 
@@ -73,9 +76,24 @@ class Weighting:
             raise ValueError(f"statistic must be one of {STATISTICS}")
 
     def __call__(self, p: np.ndarray) -> np.ndarray:
+        """Weights [n, levels] (UNION: [3, n, levels], one slice per part of UNION_PARTS)."""
+        if self.statistic == UNION:
+            p = np.asarray(p, dtype=np.float64)
+            return np.stack([np.ones_like(p), Weighting(LINEAR, self.clip, self.mix)(p),
+                             Weighting(LIKELIHOOD_RATIO, self.clip, self.mix)(p)])
         q = np.clip((1.0 - self.mix) * np.asarray(p, dtype=np.float64) + self.mix, 1e-12, 1.0)
         w = weighted.optimal_weight(q) if self.statistic == LINEAR else 1.0 / q - 1.0
         return np.minimum(w, DEFAULT_CLIP[self.statistic] if self.clip is None else self.clip)
+
+
+Parts = list[tuple[str, np.ndarray]]  # one level's (statistic, weights [n]) per part
+
+
+def _level_parts(statistic: str, w: np.ndarray, col: int) -> Parts:
+    """One level's parts from a text's weights ([n, levels], or [parts, n, levels] for UNION)."""
+    if statistic == UNION:
+        return [(st, np.asarray(w[j, :, col], dtype=np.float64)) for j, st in enumerate(UNION_PARTS)]
+    return [(statistic, np.asarray(w[:, col], dtype=np.float64))]
 
 
 def _statistic_evidence(statistic: str, x: np.ndarray) -> np.ndarray:
@@ -144,10 +162,14 @@ class WeightedDecoder:
             return []
         ids, lengths = d.pad(batch)
         n_tok = np.array([len(_positions(x, d.profile.context_width)) for x in batch])
+        union = self.statistic == UNION
         for i, w in enumerate(weights):
-            if w.shape[0] != n_tok[i] or (n_tok[i] and w.shape[1] < len(d.tables)):
-                raise ValueError(f"text {i}: weights {w.shape} for {n_tok[i]} scored tokens, {len(d.tables)} levels")
-        w1 = [np.asarray(w[:, 0], dtype=np.float64) if len(w) else np.zeros(0) for w in weights]
+            shape = w.shape[1:] if union else w.shape
+            if (union and (w.ndim != 3 or w.shape[0] != len(UNION_PARTS))) or shape[0] != n_tok[i] or (
+                    n_tok[i] and shape[1] < len(d.tables)):
+                raise ValueError(f"text {i}: weights {w.shape} for {n_tok[i]} scored tokens, {len(d.tables)} levels"
+                                 + (f", {len(UNION_PARTS)} parts" if union else ""))
+        w1 = [_level_parts(self.statistic, w, 0) for w in weights]
         ev1 = {t.version: self._evidence(ids, lengths, n_tok, t.version, [(1, t)]) for t in d.tables[1]}
         level1 = [self._choose(1, [(t, ev1[t.version][i][0]) for t in d.tables[1]], w1[i])
                   for i in range(len(batch))]
@@ -165,8 +187,7 @@ class WeightedDecoder:
                     for t in d.tables[lv]:
                         per_version.append((t, evs[g][j]))
                         j += 1
-                    wl = np.asarray(weights[i][:, lv - 1], dtype=np.float64) if n_tok[i] else np.zeros(0)
-                    deep[k][i] = self._choose(lv, per_version, wl)
+                    deep[k][i] = self._choose(lv, per_version, _level_parts(self.statistic, weights[i], lv - 1))
         results = []
         for i, (t1, att1) in enumerate(level1):
             seg = np.bincount(ev1[t1.version][i][0].cell, minlength=d.profile.segments).tolist()
@@ -183,19 +204,19 @@ class WeightedDecoder:
         return results
 
     def _choose(self, lv: int, per_version: list[tuple[KeyTable, _TokenEvidence]],
-                w: np.ndarray) -> tuple[KeyTable, Attribution]:
+                parts: Parts) -> tuple[KeyTable, Attribution]:
         """The attribution at the version with the smallest whole-text weighted level p-value."""
         prof = self.decoder.profile
         level = prof.levels[lv - 1]
         best = None
         for t, ev in per_version:
-            full, regions = _weighted_regions(ev, w, prof.windows, level.per_value, self.statistic)
+            full, regions, basis = _weighted_regions(ev, parts, prof.windows, level.per_value)
             if best is None or full.level_lp < best[1].level_lp:
-                best = (t, full, regions, ev)
+                best = (t, full, regions, basis, ev)
         assert best is not None
-        t, full, regions, ev = best
-        att = _attribute(full, regions, ev, w, prof.windows, level.per_value, len(per_version),
-                         self.decoder.alpha, level.key_bits, self.statistic)
+        t, full, regions, basis, ev = best
+        att = _attribute(full, regions, basis, ev, parts, prof.windows, level.per_value, len(per_version),
+                         self.decoder.alpha, level.key_bits)
         return t, att
 
 
@@ -205,9 +226,14 @@ def _positions(ids: Sequence[int], h: int) -> list[int]:
     return scored_positions(list(ids), h)
 
 
-def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value: bool, statistic: str = LINEAR):
+def _weighted_regions(ev: _TokenEvidence, parts: Parts, windows: int, per_value: bool):
     """The whole-text region and the 2(W-1) prefix/suffix regions as attribution `_Region`s (all regions'
-    sums in one matrix product, all their tails in one saddlepoint call)."""
+    sums in one matrix product per part, all their tails in one saddlepoint call per part), and per region and
+    cell the part whose tail named the winner ([R, cells]; all 0 with one part).
+
+    With several parts (UNION) a candidate's tail is the smallest of its parts' tails times their number: a
+    union bound, so still a valid p-value per candidate, independent across candidates as each part is. The
+    best two candidates of that combined tail are among each part's own best two, so only those are tailed."""
     n, cells, c = ev.x.shape
     win = np.arange(n) * windows // max(n, 1)
     bounds = [(0, windows)] + [(0, j) for j in range(1, windows)] + [(j, windows) for j in range(1, windows)]
@@ -216,28 +242,47 @@ def _weighted_regions(ev: _TokenEvidence, w: np.ndarray, windows: int, per_value
     r = len(bounds)
     member = np.array([(win >= lo) & (win < hi) for lo, hi in bounds], dtype=np.float64)  # [R, n]
     onehot = (ev.cell[:, None] == np.arange(cells)[None, :]).astype(np.float64)  # [n, cells]
-    x = _statistic_evidence(statistic, ev.x) * onehot[:, :, None]  # a token's evidence counts in its cell only
-    s = (member @ (w[:, None, None] * x).reshape(n, cells * c)).reshape(r, cells, c)
     cnt = np.rint(member @ onehot).astype(np.int64)  # [R, cells]
-    wmat = member[:, None, :] * onehot.T[None] * w[None, None, :]  # [R, cells, n]
     k = min(2, c)
-    top = np.argsort(-s, axis=2, kind="stable")[..., :k]  # [R, cells, k]
-    vals = np.take_along_axis(s, top, axis=2)
-    lsf = _statistic_log_tail(statistic, np.repeat(wmat.reshape(r * cells, n), k, axis=0), vals.reshape(-1))
-    lsf = lsf.reshape(r, cells, k)
+    sums, wmats, tops = [], [], []
+    for statistic, w in parts:
+        x = _statistic_evidence(statistic, ev.x) * onehot[:, :, None]  # a token's evidence counts in its cell only
+        s = (member @ (w[:, None, None] * x).reshape(n, cells * c)).reshape(r, cells, c)
+        sums.append(s)
+        wmats.append((member[:, None, :] * onehot.T[None] * w[None, None, :]).reshape(r * cells, n))
+        tops.append(np.argsort(-s, axis=2, kind="stable")[..., :k])  # [R, cells, k]
+    cand = np.concatenate(tops, axis=2)  # [R, cells, m]
+    m = cand.shape[2]
+    tails = np.stack([
+        _statistic_log_tail(statistic, np.repeat(wm, m, axis=0),
+                            np.take_along_axis(s, cand, axis=2).reshape(-1)).reshape(r, cells, m)
+        for (statistic, _), s, wm in zip(parts, sums, wmats, strict=True)])  # [parts, R, cells, m]
+    comb = np.minimum(tails.min(axis=0) + math.log(len(parts)), 0.0)
+    # one part: its own order (sums; a tail's last-digit jitter never reorders); several: the combined tails
+    first = np.argmin(comb, axis=2)[..., None] if len(parts) > 1 else np.zeros((r, cells, 1), dtype=np.int64)
+    winner = np.take_along_axis(cand, first, axis=2)
+    other = np.where(cand == winner, np.inf, comb)
+    second = np.argmin(other, axis=2)[..., None]
+    lsf1 = np.take_along_axis(comb, first, axis=2)[..., 0]
+    lsf2 = np.take_along_axis(other, second, axis=2)[..., 0]
+    runner = np.where(np.isfinite(lsf2), np.take_along_axis(cand, second, axis=2)[..., 0], winner[..., 0])
+    basis = np.argmin(np.take_along_axis(tails, np.broadcast_to(first[None], (len(parts), r, cells, 1)),
+                                         axis=3)[..., 0], axis=0)  # [R, cells]
+    scores = np.take_along_axis(np.stack(sums), basis[None, :, :, None].repeat(c, axis=3), axis=0)[0]
     live = cnt > 0
-    lp1 = np.where(live, weighted.log_max_tail(lsf[..., 0], c), 0.0)
-    lp2 = np.where(live, weighted.log_max_tail(lsf[..., -1], c - 1), 0.0) if c > 1 else np.zeros((r, cells))
+    lp1 = np.where(live, weighted.log_max_tail(lsf1, c), 0.0)
+    lp2 = np.where(live & np.isfinite(lsf2), weighted.log_max_tail(np.where(np.isfinite(lsf2), lsf2, 0.0), c - 1),
+                   0.0) if c > 1 else np.zeros((r, cells))
     rows = []
     for i, (lo, hi) in enumerate(bounds):
         level_lp = stats.log_fisher([float(x) for x, ok in zip(lp1[i], live[i], strict=True) if ok])
-        rows.append(_Region(lo, hi, s[i], cnt[i].tolist(), top[i, :, 0].tolist(), lp1[i].tolist(), lp2[i].tolist(),
-                            level_lp, int(top[i, 0, -1])))
-    return rows[0], rows[1:]
+        rows.append(_Region(lo, hi, scores[i], cnt[i].tolist(), winner[i, :, 0].tolist(), lp1[i].tolist(),
+                            lp2[i].tolist(), level_lp, int(runner[i, 0])))
+    return rows[0], rows[1:], basis
 
 
-def _attribute(full: _Region, regions: list[_Region], ev: _TokenEvidence, w: np.ndarray, windows: int,
-               per_value: bool, versions: int, alpha: float, bits: int, statistic: str = LINEAR) -> Attribution:
+def _attribute(full: _Region, regions: list[_Region], basis: np.ndarray, ev: _TokenEvidence, parts: Parts,
+               windows: int, per_value: bool, versions: int, alpha: float, bits: int) -> Attribution:
     """engine/attribution's decision for one text from weighted regions (decide_batch's per-text steps)."""
     log_v = math.log(max(versions, 1))
     level_lp = min(0.0, full.level_lp + log_v)
@@ -250,7 +295,8 @@ def _attribute(full: _Region, regions: list[_Region], ev: _TokenEvidence, w: np.
         return Attribution("absent", level_lp, reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
     att, source = _decide(full, regions, windows, per_value, log_v, opened, math.log(alpha), bits)
     if source is not None:
-        eq = _gamma_equivalent_scores(source, ev, w, windows, statistic)
+        row = next(i for i, reg in enumerate([full, *regions]) if reg is source)
+        eq = _gamma_equivalent_scores(source, ev, [parts[j] for j in basis[row]], windows)
         n, winners = np.array([source.n]), np.array([source.winners])
         conf, marg = posterior_batch(eq[None], n, winners)
         att.confidence, att.bit_confidence = float(conf[0]), _bit_confidence(marg, n, winners, bits)[0]
@@ -262,10 +308,10 @@ def _attribute(full: _Region, regions: list[_Region], ev: _TokenEvidence, w: np.
     return att
 
 
-def _gamma_equivalent_scores(r: _Region, ev: _TokenEvidence, w: np.ndarray, windows: int,
-                             statistic: str = LINEAR) -> np.ndarray:
+def _gamma_equivalent_scores(r: _Region, ev: _TokenEvidence, cell_parts: Parts, windows: int) -> np.ndarray:
     """[cells, C]: each candidate's weighted sum as the equal-weight (Gamma(n, 1)) score with the same tail,
-    for the confidence model; tails interpolated on a grid of _GRID points per cell."""
+    for the confidence model; tails interpolated on a grid of _GRID points per cell. `cell_parts[k]`: the
+    (statistic, weights) cell k's sums `r.scores[k]` are of (with UNION, the part that named the winner)."""
     n_tok = ev.x.shape[0]
     win = np.arange(n_tok) * windows // max(n_tok, 1)
     inr = (win >= r.lo) & (win < r.hi)
@@ -273,6 +319,7 @@ def _gamma_equivalent_scores(r: _Region, ev: _TokenEvidence, w: np.ndarray, wind
     for k, cnt in enumerate(r.n):
         if cnt == 0:
             continue
+        statistic, w = cell_parts[k]
         wk = np.where(inr & (ev.cell == k), w, 0.0)
         if not (wk > 0).any():
             continue

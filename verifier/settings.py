@@ -63,10 +63,10 @@ class Settings(BaseSettings):
     # Model-aware scoring (HERO_MODEL_AWARE=1): the profile's LM re-run over each text weights its evidence
     # (verifier/engine/model_aware.py); every result says `scoring`. Needs the model package; off: model-free.
     model_aware: bool = False
-    # Which statistic model-aware scoring sums (spec 16.4, 16.5): "linear" (robust to edits and splices),
-    # "likelihood-ratio" (stronger on text as the provider made it: docs/evaluation/spec-v3.md, session 16) or
-    # "union" (the best of equal, linear and likelihood-ratio weights per candidate, times 3)
-    model_aware_statistic: Literal["linear", "likelihood-ratio", "union"] = "linear"
+    # Which statistic model-aware scoring sums (spec 16.1, 16.4, 16.5): "union" (the best of equal, linear and
+    # likelihood-ratio weights per candidate, times 3: engine/weighted_decode.DEFAULT_STATISTIC), "linear" or
+    # "likelihood-ratio" (each weaker somewhere: docs/evaluation/spec-v3.md, sessions 16 and 17)
+    model_aware_statistic: Literal["linear", "likelihood-ratio", "union"] = "union"
     # How this deployment's providers sample (HERO_MODEL_AWARE_TOP_K / _TOP_P / _TEMPERATURE): model-aware scoring
     # reads the re-run under that warp, mixed with the raw model (engine/model_aware.DeploymentSampling). A
     # setting of the deployment, never of a request (a caller choosing it could shop for a p-value).

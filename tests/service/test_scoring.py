@@ -87,9 +87,10 @@ def test_model_aware_service_scores_with_the_lm_in_verify_and_jobs(make_service,
 
 
 def test_model_aware_setting_reads_the_environment(monkeypatch, tmp_path):
+    from verifier.engine.weighted_decode import DEFAULT_STATISTIC
     from verifier.settings import Settings
 
-    assert Settings(home=tmp_path).model_aware_statistic == "linear"
+    assert Settings(home=tmp_path).model_aware_statistic == DEFAULT_STATISTIC == "union"
     monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "likelihood-ratio")
     assert Settings(home=tmp_path).model_aware_statistic == "likelihood-ratio"
     monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "union")

@@ -26,7 +26,7 @@ import torch
 from verifier.engine import reference
 from verifier.engine.decoder import DecodeError, Decoder, DecodeResult, token_ids
 from verifier.engine.profile import Profile
-from verifier.engine.weighted_decode import WeightedDecoder, Weighting
+from verifier.engine.weighted_decode import DEFAULT_STATISTIC, WeightedDecoder, Weighting
 
 DEFAULT_BATCH = 16
 DEFAULT_MIX = 0.25
@@ -183,7 +183,7 @@ class ModelAwareScorer:
                  batch_size: int = DEFAULT_BATCH, sampling: DeploymentSampling | None = None) -> None:
         self._load = loader  # (model name, device) -> the model (verifier/verify/scoring.py binds verifier.lm's)
         self.device = device
-        self.weighting = weighting or Weighting()
+        self.weighting = weighting or Weighting(DEFAULT_STATISTIC)
         self.batch_size = batch_size
         self.sampling = sampling or DeploymentSampling()
 

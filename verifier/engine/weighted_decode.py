@@ -48,6 +48,9 @@ STATISTICS = (LINEAR, LIKELIHOOD_RATIO, UNION)
 DEFAULT_CLIP = {LINEAR: 4.0, LIKELIHOOD_RATIO: 5.0}
 # the union's parts: equal weights (model-free, what survives edits best), linear and likelihood-ratio weights
 UNION_PARTS = (LINEAR, LINEAR, LIKELIHOOD_RATIO)
+# model-aware scoring's statistic unless the deployment picks another (HERO_MODEL_AWARE_STATISTIC): the union,
+# at least as strong as each single statistic on verbatim, edited and spliced text (spec-v3.md, session 17)
+DEFAULT_STATISTIC = UNION
 _GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equivalent scores
 
 
@@ -60,6 +63,8 @@ class Weighting:
       (HERO_MODEL_AWARE_STATISTIC=likelihood-ratio) weighs Y = -log U by 1/p - 1, the log-likelihood ratio
       of U ~ Beta(1/p, 1) against Uniform up to a constant: the Neyman-Pearson statistic when p is right,
       stronger on verbatim text, weaker on edited or spliced text (docs/evaluation/spec-v3.md, session 16);
+      UNION (HERO_MODEL_AWARE_STATISTIC=union) reads each candidate under equal, linear and likelihood-ratio
+      weights at once and keeps the best tail times 3 (spec 16.5); its weights are [3, n, levels];
     - `mix`: the verifier's probability is mixed with a flat floor, p' = (1 - mix) p + mix, before the
       weight is taken;
     - `clip`: no token weighs more than `clip` (default 4 linear, 5 likelihood ratio: the re-run lacks the

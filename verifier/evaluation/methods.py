@@ -149,13 +149,13 @@ class ModelAwareMethod:
     SUFFIX = " (model-aware)"
 
     def __init__(self, base: HeroMethod, model, batch_size: int = 16, store: Path | None = None) -> None:
-        from verifier.engine.weighted_decode import WeightedDecoder, Weighting
+        from verifier.engine.weighted_decode import DEFAULT_STATISTIC, WeightedDecoder, Weighting
 
         self.base, self.model, self.batch_size = base, model, batch_size
         self.store = store  # LM passes kept on disk (.npz per text), so a rerun or a second process re-uses them
         self.name = base.name + self.SUFFIX
         self.profile, self.keyset, self.total_bits = base.profile, base.keyset, base.total_bits
-        self._weighting = Weighting()
+        self._weighting = Weighting(DEFAULT_STATISTIC)
         self._weighted = WeightedDecoder(base._decoder, statistic=self._weighting.statistic)
         self._memo: dict[tuple[int, ...], list[tuple[list[int], object]]] = {}
         if store is not None:

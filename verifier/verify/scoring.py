@@ -7,7 +7,7 @@ device; the model comes from verifier.lm, loaded once per process and device.
 from __future__ import annotations
 
 from verifier.engine.model_aware import DeploymentSampling, ModelAwareScorer
-from verifier.engine.weighted_decode import LINEAR, Weighting
+from verifier.engine.weighted_decode import DEFAULT_STATISTIC, Weighting
 
 
 def _load(name: str, device: str):
@@ -23,7 +23,7 @@ def deployment_sampling(settings) -> DeploymentSampling:
 
 
 def model_aware_scorer(enabled: bool, device: str = "cpu", sampling: DeploymentSampling | None = None,
-                       statistic: str = LINEAR) -> ModelAwareScorer | None:
+                       statistic: str = DEFAULT_STATISTIC) -> ModelAwareScorer | None:
     """The scorer for HERO_MODEL_AWARE (`device` "auto": CUDA when present), None for model-free scoring."""
     if not enabled:
         return None

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from _common import alternate, emit
 
+from verifier.engine.weighted_decode import DEFAULT_STATISTIC, STATISTICS
+
 POOL = 32
 TOKENS = 200
 
@@ -94,9 +96,11 @@ def measure(a) -> None:
     if a.scoring == "model-aware":  # the profile's LM shape with random weights: the cost, not the power
         from verifier.cli.bench import random_smollm2
         from verifier.engine.model_aware import ModelAwareScorer
+        from verifier.engine.weighted_decode import Weighting
 
         model = random_smollm2(a.device, "float32")
-        scorer = ModelAwareScorer(lambda name, device: model, a.device, batch_size=a.lm_batch)
+        scorer = ModelAwareScorer(lambda name, device: model, a.device, batch_size=a.lm_batch,
+                                  weighting=Weighting(a.statistic))
         decode = scorer.decode_ids
     for batch in a.batch:
         prof, decoder, ids, kernel = _problem(batch, a.device, a.profile, a.levels, a.marked)
@@ -157,6 +161,8 @@ def main() -> None:
     ap.add_argument("--scoring", choices=["model-free", "model-aware"], default="model-free",
                     help="model-aware: the LM re-run (random SmolLM2-shaped weights) and the weighted statistic")
     ap.add_argument("--lm-batch", type=int, default=64, help="texts per LM forward pass (model-aware)")
+    ap.add_argument("--statistic", choices=STATISTICS, default=DEFAULT_STATISTIC,
+                    help="model-aware: the statistic summed (engine/weighted_decode.py)")
     ap.add_argument("--ab", nargs=2, metavar=("BASE", "NEW"))
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--worker", help=argparse.SUPPRESS)

@@ -72,7 +72,9 @@ def test_generate_with_top_k_top_p_decodes_exactly(smollm2, caplog):
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     dec = Decoder(profile, {1: [keyset.tables[0]], 2: [keyset.tables[1]]})
     for r, p in zip(dec.decode_texts(texts, tok), payloads, strict=True):
-        assert r.watermarked and r.p_value < 1e-6, r
+        # detected at the service's alpha; fresh keys each run put a 200-token top-k/p text's p anywhere from
+        # ~1e-30 to ~1e-5 (CI saw 1.5e-5 once; the tokens are the exact path's, checked that session)
+        assert r.watermarked and r.p_value < 1e-4, r
         # Never a wrong value. Keys are fresh each run, and at top-k 50 / top-p 0.9 a text may withhold the user
         # (exact user at 200 tokens is ~0.8-0.9 there: docs/evaluation), so None is allowed, a third user is not.
         assert r.levels[1].fields["user"] in (p["user"], None), r

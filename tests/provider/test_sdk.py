@@ -50,8 +50,8 @@ def test_sdk_imports_without_fastapi_sqlalchemy_or_settings():
     assert res.returncode != 0 and "blocked" in res.stderr
 
 
-def _bundle(profile):
-    keyset = make_keyset(profile, seed=2)
+def _bundle(profile, keyset=None):
+    keyset = keyset or make_keyset(profile, seed=2)
     sk, pk = generate_keypair()
     now = datetime.now(UTC).replace(microsecond=0)
     header = {"bundle_id": "x" * 32, "provider_id": "acme", "profile": profile.to_dict(),

@@ -1254,9 +1254,9 @@ static void step_row(Step *s, int64_t b, double *p) {
         if (!isfinite(mx)) mx = 0.0;
         /* p[y] = exp(x - max) in routing order; -inf (warped away) stays 0 */
         total = 0.0;
+        gather_routed(s, b, mx, p); /* x - mx: finite exactly where x is (mx is finite here) */
         for (int64_t y = 0; y < V; y++) {
-            double x = logit_at(s, b, deinterleave(y, V, s->stride));
-            p[y] = isfinite(x) ? exp(x - mx) : 0.0;
+            p[y] = isfinite(p[y]) ? exp(p[y]) : 0.0;
             total += p[y];
         }
         if (mark) route_levels(s, p, total, lo, hi, 1, &offset, &size);

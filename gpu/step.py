@@ -2,10 +2,11 @@
 
 `FusedSampler.step(logits, contexts, payload, generated, log)` does, per row, what
 `verifier.engine.generation.watermark_step` does with Python sets: decide whether the row is marked (spec
-v2: not while the context touches the prompt, i.e. generated < h; never for a context already in the row's
-log), derive the position segment and one seed per level, route over chunk masses and Gumbel-max inside the
-chunk, or draw from the same distribution with fresh randomness when unmarked. The per-row state lives in
-tensors on the sampler's device (`generated` [B] int64 and a `ContextLog`), so no step needs a host sync.
+v2: not while the context touches the prompt, i.e. generated < h, nor while an `OpeningGate` holds the
+row; never for a context already in the row's log), derive the position segment and one seed per level,
+route over chunk masses and Gumbel-max inside the chunk, or draw from the same distribution with fresh
+randomness when unmarked. The per-row state lives in tensors on the sampler's device (`generated` [B] int64,
+a `ContextLog` and an optional `OpeningGate`), so no step needs a host sync.
 
 Backends (same tokens for marked rows, the reference's draw):
   native  the C extension (gpu/_native/hero_kernels.c `sample_step`), CPU tensors; float64 throughout; chunk
@@ -31,6 +32,7 @@ import torch
 from torch import Tensor
 
 from gpu import prf
+from gpu.opening import OpeningGate
 from gpu.sampler import HeroSampler, route_and_sample
 
 BACKENDS = ("native", "triton", "torch")
@@ -143,6 +145,7 @@ class FusedSampler:
         backend: str | None = None,
         with_marks: bool = False,
         slots: Tensor | None = None,
+        opening: OpeningGate | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Token ids [B] int64 (with_marks: also [B] bool, True where the row was watermarked).
 
@@ -150,6 +153,7 @@ class FusedSampler:
         `slots[b]` (default: slot b) of payload [S, K, L], generated [S] int64 (tokens drawn so far; advanced
         in place) and `log` (S rows; appended in place; call `log.ensure(max generated + 1)` first when rows
         can outgrow it). Slots let a serving engine keep state in place while its batch rows move.
+        `opening` (S slots): rows still in their entropy-gated opening are drawn fresh (gpu/opening.py).
         """
         if backend is None:
             backend = pick_backend(logits)
@@ -165,7 +169,17 @@ class FusedSampler:
             raise ValueError("contexts [B, h] and slots [B] must match the logits' rows")
         if payload.shape[0] != n or log.words.shape[0] != n or generated.dim() != 1:
             raise ValueError("payload [S, K, L], generated [S] and the context log must have the same S slots")
-        args = (logits, contexts, payload, generated, log, generator, slots.to(torch.int64))
+        slots = slots.to(torch.int64)
+        if opening is not None and opening.nats > 0:
+            # every backend marks only rows with generated >= h: a gated row is shown as a response's first token
+            gen = generated[slots]
+            gated = opening.advance(logits, gen, slots)
+            shown = generated.clone()
+            shown[slots] = torch.where(gated, torch.zeros_like(gen), gen)
+            out = self.step(logits, contexts, payload, shown, log, generator, backend, with_marks, slots)
+            generated[slots] = gen + 1
+            return out
+        args = (logits, contexts, payload, generated, log, generator, slots)
         if backend == "native":
             tokens, marks = self._native(*args)
         elif backend == "triton":

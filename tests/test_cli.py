@@ -41,6 +41,8 @@ def test_keys_init_prints_versions_never_key_material(capsys, hero_home):
              "--min-new-tokens", "20"],
             "--min-new-tokens must be in 0..--max-new-tokens",
         ),
+        (["generate", "--prompt", "Hi", "--field", "model=1", "--field", "user=1", "--opening-nats", "-1"],
+         "--opening-nats must be in 0..100"),
         (["decode", "--levels", "1", "--text", "   "], "empty"),
         (["decode", "--levels", "2", "--text", "hello"], "1..n"),
         (["decode", "--levels", "1,x", "--text", "hello"], "integers"),

@@ -117,6 +117,26 @@ def test_first_h_tokens_use_fresh_randomness_under_v2():
         assert (tok.unique().numel() > 1) == distinct, generated
 
 
+def test_a_new_request_stays_fresh_until_its_opening_holds_enough_entropy():
+    """The entropy-gated opening through the SDK: 3 live tokens (ln 3 = 1.1 nats a step) and an 8-nat gate keep
+    a new request fresh for 8 tokens (past h = 4), then the same context and payload give one token."""
+    profile = default_profile()
+    _, bundle = _bundle(profile)
+    sampler = BundleSampler(bundle)  # the default gate
+    logits = torch.full((64, profile.vocab_size), float("-inf"))
+    logits[:, [7, 700, 7000]] = 0.0
+    ctx = torch.tensor([[11, 12, 13, 14][: profile.context_width]] * 64)
+    pay = sampler.payload({"model": 5, "user": 6})[None].expand(64, -1, -1)
+    states = [RequestState() for _ in range(64)]
+    g = torch.Generator().manual_seed(1)
+    distinct = [sampler.step(logits, ctx, pay, states, g).unique().numel() for _ in range(9)]
+    assert all(d > 1 for d in distinct[:8]) and distinct[8] == 1  # (a 10th step repeats the context: fresh)
+    assert states[0].generated == 9 and states[0].opening_need < 0
+    off = BundleSampler(bundle, opening_nats=0)
+    late = [RequestState(generated=profile.context_width) for _ in range(64)]
+    assert off.step(logits, ctx, pay, late, g).unique().numel() == 1
+
+
 def test_payloads_and_shapes_are_validated():
     profile = default_profile()
     _, bundle = _bundle(profile)

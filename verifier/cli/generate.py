@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--opening-nats", type=float, default=None,
+                   help="draw the opening fresh until it holds this much entropy (default 8; 0: only the first h "
+                        "tokens, spec v2's rule): identical requests then differ as plain sampling does")
     add_profile_arg(p)
     p.set_defaults(handler=cmd_generate)
 
@@ -36,6 +39,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         raise ValueError("--max-new-tokens must be in 1..4096")
     if not 0 <= args.min_new_tokens <= args.max_new_tokens:
         raise ValueError("--min-new-tokens must be in 0..--max-new-tokens")
+    if args.opening_nats is not None and not 0 <= args.opening_nats <= 100:
+        raise ValueError("--opening-nats must be in 0..100")
     store = open_store(cli_settings(args))
     keyset = store.active_keyset(profile)
     from tqdm import tqdm
@@ -57,7 +62,7 @@ def cmd_generate(args: argparse.Namespace) -> None:
         (gen,) = generate_watermarked(
             model, tokenizer, [args.prompt], [payload], profile, keyset,
             max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, temperature=args.temperature,
-            top_k=args.top_k, top_p=args.top_p, on_step=lambda: bar.update(1),
+            top_k=args.top_k, top_p=args.top_p, on_step=lambda: bar.update(1), opening_nats=args.opening_nats,
         )
     out = {"text": gen.text, "payload": payload, "key_version": keyset.tables[0].version,
            "key_versions": {str(t.level): t.version for t in keyset.tables}}

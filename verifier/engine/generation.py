@@ -6,7 +6,9 @@ row (0 at the chosen id, -inf elsewhere). Any later warper leaves a one-hot row 
 multinomial then returns exactly our token. Repeated h-gram contexts (inside the continuation) are
 sampled without watermark from the same warped distribution, as the decoder skips them. Under spec v2
 the first h generated tokens (whose contexts touch the prompt, which a verifier never sees) are also
-drawn with fresh randomness: one key and prompt then no longer fix the opening of every response.
+drawn with fresh randomness, and after them every token until the opening's entropy reaches
+`OPENING_NATS` (gpu/opening.py; at most `OPENING_CAP` tokens): one key and prompt then no longer fix the
+opening of every response.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from gpu.opening import OPENING_NATS, OpeningGate
 from gpu.sampler import HeroSampler
 from verifier.engine.keys import KeySet
 from verifier.engine.payload import encode_payload
@@ -84,6 +87,16 @@ def watermark_marks(
     return mark
 
 
+def new_opening(profile: Profile, rows: int, nats: float | None = None,
+                device: str | torch.device = "cpu") -> OpeningGate | None:
+    """The entropy-gated opening of `rows` responses (gpu/opening.py); None under spec v1 (every token marked)
+    or with `nats` = 0. Default: `OPENING_NATS`."""
+    nats = OPENING_NATS if nats is None else nats
+    if profile.spec_version < 2 or nats <= 0:
+        return None
+    return OpeningGate.new(rows, nats, device=device)
+
+
 def watermark_step(
     sampler: HeroSampler,
     profile: Profile,
@@ -93,14 +106,20 @@ def watermark_step(
     generated: Sequence[int],
     seen: Sequence[set[tuple[int, ...]]],
     generator: torch.Generator | None = None,
+    opening: OpeningGate | None = None,
 ) -> torch.Tensor:
     """One sampling step for a batch: the token ids [B] (int64, on the sampler's device).
 
     logits [B, V]: the warped scores (temperature/top-k/top-p already applied); contexts [B, h] int64:
     each row's last h token ids; payload [B, K, L] int64 (`encode_payload` per row); generated / seen:
-    per-row state (see `watermark_marks`). The one implementation of the step: `HeroLogitsProcessor`
-    and the provider SDK both call it.
+    per-row state (see `watermark_marks`); `opening`: the rows' entropy-gated openings (row i = slot i).
+    The one implementation of the step: `HeroLogitsProcessor` and the provider SDK both call it.
     """
+    if opening is not None:
+        dev = opening.need.device
+        gated = opening.advance(logits, torch.tensor(list(generated), dtype=torch.int64, device=dev),
+                                torch.arange(len(generated), device=dev))
+        generated = [0 if g else n for g, n in zip(gated.tolist(), generated, strict=True)]
     mark = watermark_marks(profile, contexts, generated, seen)
     return sampler.sample(logits, contexts, payload, mark.to(logits.device), generator)
 
@@ -120,6 +139,7 @@ class HeroLogitsProcessor(LogitsProcessor):
         warpers: LogitsProcessorList | None = None,
         device: str | torch.device = "cpu",
         generator: torch.Generator | None = None,
+        opening_nats: float | None = None,
     ) -> None:
         if keyset.levels != profile.depth:
             raise ValueError(f"generation needs all {profile.depth} levels' keys, got {keyset.levels}")
@@ -136,6 +156,7 @@ class HeroLogitsProcessor(LogitsProcessor):
         self.generator = generator
         self.prompt_length: int | None = None
         self.seen: list[set[tuple[int, ...]]] = [set() for _ in payloads]
+        self.opening = new_opening(profile, len(payloads), opening_nats, self.device)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         b, s = input_ids.shape
@@ -152,7 +173,7 @@ class HeroLogitsProcessor(LogitsProcessor):
             context = torch.nn.functional.pad(context, (h - s, 0), value=0)
         tokens = watermark_step(
             self.sampler, self.profile, warped.to(self.device), context, self.payload,
-            [s - self.prompt_length] * b, self.seen, self.generator,
+            [s - self.prompt_length] * b, self.seen, self.generator, self.opening,
         )
         # In place (as HF's own processors do): no fresh [B, V] allocation per step.
         return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
@@ -202,9 +223,11 @@ def generate_watermarked(
     watermark: bool = True,
     generator: torch.Generator | None = None,
     on_step: Callable[[], None] | None = None,
+    opening_nats: float | None = None,
 ) -> list[Generation]:
     """Batched generation; returns the continuation only (what a verifier later receives). `on_step` is
-    called once per generated token position (progress display)."""
+    called once per generated token position (progress display); `opening_nats`: the entropy-gated
+    opening's threshold (default `OPENING_NATS`; 0: only the first h tokens are fresh, as before)."""
     device = next(model.parameters()).device
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     warpers = make_warpers(temperature, top_k, top_p)
@@ -218,7 +241,8 @@ def generate_watermarked(
         pad_token_id=tokenizer.pad_token_id,
     )
     if watermark:
-        proc = HeroLogitsProcessor(profile, keyset, payloads, warpers, device=device, generator=generator)
+        proc = HeroLogitsProcessor(profile, keyset, payloads, warpers, device=device, generator=generator,
+                                   opening_nats=opening_nats)
         kwargs["logits_processor"] = LogitsProcessorList([proc])
     else:
         kwargs["logits_processor"] = warpers

@@ -20,8 +20,9 @@ import torch
 from transformers import LogitsProcessor
 from transformers.generation.configuration_utils import BaseWatermarkingConfig
 
+from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
-from verifier.engine.generation import make_sampler
+from verifier.engine.generation import make_sampler, new_opening
 from verifier.engine.payload import encode_payload
 from verifier.provider.bundle import GenerationBundle
 
@@ -37,7 +38,8 @@ def fused_sampler(bundle: GenerationBundle, device: str | torch.device = "cpu") 
 class HeroWatermarkProcessor(LogitsProcessor):
     """One `generate` call's watermark: rows' payloads, per-row step counters and context log on the device."""
 
-    def __init__(self, sampler: FusedSampler, payload: torch.Tensor, generator: torch.Generator | None = None):
+    def __init__(self, sampler: FusedSampler, payload: torch.Tensor, generator: torch.Generator | None = None,
+                 opening: OpeningGate | None = None):
         self.sampler = sampler
         self.payload = payload
         self.device = payload.device
@@ -47,6 +49,7 @@ class HeroWatermarkProcessor(LogitsProcessor):
         self.generator = generator
         self.prompt_length: int | None = None
         self.log: ContextLog = sampler.new_log(payload.shape[0])
+        self.opening = opening
 
     def __repr__(self) -> str:
         return f"HeroWatermarkProcessor(rows={self.payload.shape[0]})"
@@ -62,7 +65,7 @@ class HeroWatermarkProcessor(LogitsProcessor):
         generated = torch.full((b,), step, dtype=torch.int64, device=self.device)
         h = self.sampler.h
         tokens = self.sampler.step(scores.to(self.device), input_ids[:, -h:].to(self.device), self.payload, generated,
-                                   self.log, self.generator)
+                                   self.log, self.generator, opening=self.opening)
         # In place, as transformers' own processors do: no fresh [B, V] allocation per step.
         return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
 
@@ -72,16 +75,18 @@ class HeroWatermarkingConfig(BaseWatermarkingConfig):
 
     `bundle` is an opened `GenerationBundle`; `payloads[i]` the fields of batch row i (validated against the
     bundle's profile now: `PayloadError`). `generator` (optional) supplies the fresh randomness of unmarked
-    tokens (default: seeded from the OS per `generate` call).
+    tokens (default: seeded from the OS per `generate` call). `opening_nats`: the entropy-gated opening's
+    threshold (gpu/opening.py; default `OPENING_NATS`, 0: only the first h tokens fresh).
     """
 
     def __init__(self, bundle: GenerationBundle, payloads: Sequence[Mapping[str, int]],
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, opening_nats: float | None = None) -> None:
         if not isinstance(bundle, GenerationBundle):
             raise TypeError("bundle must be an opened GenerationBundle (verifier.provider.open_bundle)")
         self._bundle = bundle
         self._payloads = [encode_payload(bundle.profile, p) for p in payloads]
         self._generator = generator
+        self._opening_nats = opening_nats
         self._samplers: dict[str, FusedSampler] = {}
         self.validate()
 
@@ -102,7 +107,8 @@ class HeroWatermarkingConfig(BaseWatermarkingConfig):
         if sampler is None:
             sampler = self._samplers[str(dev)] = fused_sampler(self._bundle, dev)
         payload = torch.tensor(self._payloads, dtype=torch.int64, device=dev)
-        return HeroWatermarkProcessor(sampler, payload, self._generator)
+        opening = new_opening(profile, len(self._payloads), self._opening_nats, dev)
+        return HeroWatermarkProcessor(sampler, payload, self._generator, opening)
 
     # --- never key material -----------------------------------------------------------------------
 

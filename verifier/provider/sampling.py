@@ -31,6 +31,7 @@ from verifier.engine.generation import (
     generate_watermarked,
     make_sampler,
     make_warpers,
+    new_opening,
     watermark_step,
 )
 from verifier.engine.payload import encode_payload
@@ -43,20 +44,26 @@ __all__ = ["BundleSampler", "ProviderGeneration", "RequestState", "generate", "l
 
 @dataclass
 class RequestState:
-    """Per-request state of the watermark: tokens drawn so far and the continuation contexts seen."""
+    """Per-request state of the watermark: tokens drawn so far, the continuation contexts seen and the nats its
+    entropy-gated opening still needs (None: the full threshold for a new request; a state made mid-response,
+    generated > 0, is a resumed request whose opening was drawn before: open)."""
 
     generated: int = 0
     seen: set[tuple[int, ...]] = field(default_factory=set)
+    opening_need: float | None = None
 
 
 class BundleSampler:
     """The watermark sampler of one opened bundle on one device (build once per bundle, share across requests)."""
 
-    def __init__(self, bundle: GenerationBundle, device: str | torch.device = "cpu") -> None:
+    def __init__(self, bundle: GenerationBundle, device: str | torch.device = "cpu",
+                 opening_nats: float | None = None) -> None:
+        """`opening_nats`: the entropy-gated opening's threshold (default `OPENING_NATS`; 0: off)."""
         self.bundle = bundle
         self.profile = bundle.profile
         self.device = torch.device(device)
         self._sampler = make_sampler(bundle.profile, bundle.keyset, self.device)
+        self._opening_nats = opening_nats
 
     def __repr__(self) -> str:
         return f"BundleSampler({self.bundle!r}, device={self.device})"
@@ -87,12 +94,20 @@ class BundleSampler:
             raise ValueError(f"logits have {v} columns but the profile's vocab_size is {self.profile.vocab_size}")
         if contexts.shape != (b, self.profile.context_width) or payloads.shape[0] != b or len(states) != b:
             raise ValueError("contexts [B, h], payloads [B, K, L] and states must match the logits' B rows")
+        opening = new_opening(self.profile, b, self._opening_nats, self.device)
+        if opening is not None:
+            need = [st.opening_need if st.opening_need is not None else opening.nats if st.generated == 0 else 0.0
+                    for st in states]
+            opening.need = torch.tensor(need, dtype=torch.float32, device=self.device)
         tokens = watermark_step(
             self._sampler, self.profile, logits.to(self.device), contexts.to(self.device, torch.int64),
             payloads.to(self.device), [st.generated for st in states], [st.seen for st in states], generator,
+            opening,
         )
-        for st in states:
+        needs = opening.need.tolist() if opening is not None else [None] * b
+        for st, need in zip(states, needs, strict=True):
             st.generated += 1
+            st.opening_need = need
         return tokens
 
 

@@ -45,8 +45,9 @@ except ImportError:  # pragma: no cover - older vLLM: the legacy runner only
     V2LogitsProcessor = V1LogitsProcessor  # type: ignore[misc,assignment]
 
 from gpu import prf
+from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
-from verifier.engine.generation import context_tail
+from verifier.engine.generation import context_tail, new_opening
 from verifier.engine.payload import encode_payload
 from verifier.provider.bundle import GenerationBundle, open_bundle
 
@@ -162,6 +163,7 @@ class _Slots:
         self.payload: torch.Tensor | None = None
         self.generated = torch.zeros(n, dtype=torch.int64, device=device)
         self.log: ContextLog | None = None
+        self.opening: OpeningGate | None = None
         self.temperature = torch.ones(n, device=device)
         self.min_p = torch.zeros(n, device=device)
         self.top_k = torch.zeros(n, dtype=torch.int64, device=device)
@@ -186,6 +188,7 @@ class _Slots:
                 self.payload = torch.zeros(self.n, profile.segments, profile.depth, dtype=torch.int64,
                                            device=self.device)
                 self.log = self.sampler.new_log(self.n)
+                self.opening = new_opening(profile, self.n, device=self.device)
         return self.sampler
 
     def add(self, slot: int, sp: Any, tokens: list[int] | None = None) -> bool:
@@ -209,6 +212,8 @@ class _Slots:
                                                                                               "top_p"))
         self.generated[slot] = 0
         self.log.counts[slot] = 0
+        if self.opening is not None:  # a resumed request drew its opening before it was preempted
+            self.opening.reset([slot], opened=bool(tokens))
         if tokens:
             self._replay(slot, tokens)
         return True
@@ -230,6 +235,8 @@ class _Slots:
         tensors = [self.generated, self.temperature, self.min_p, self.top_k, self.top_p]
         if self.payload is not None:
             tensors += [self.payload, self.log.words, self.log.counts]
+        if self.opening is not None:
+            tensors.append(self.opening.need)
         idx = torch.tensor([a, b] if swap else [a], device=self.device)
         dst = torch.tensor([b, a] if swap else [b], device=self.device)
         for t in tensors:
@@ -280,11 +287,12 @@ class _Slots:
                 out[torch.tensor(members, device=logits.device)] = 0
                 continue
             if len(groups) == 1:
-                out = sampler.step(warped, contexts, self.payload, self.generated, self.log, generator, slots=slots)
+                out = sampler.step(warped, contexts, self.payload, self.generated, self.log, generator, slots=slots,
+                                   opening=self.opening)
                 break
             sel = torch.tensor(members, device=logits.device)
             out[sel] = sampler.step(warped[sel], contexts[sel], self.payload, self.generated, self.log, generator,
-                                    slots=slots[sel])
+                                    slots=slots[sel], opening=self.opening)
         return out
 
 

@@ -1,0 +1,140 @@
+"""The entropy-gated opening (gpu/opening.py): rows stay unmarked until their opening holds `nats` of entropy
+(or `cap` tokens pass), the same on every step path, and identical requests stop coinciding."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from gpu.opening import OpeningGate, row_entropy
+from gpu.sampler import HeroSampler
+from gpu.step import ContextLog, FusedSampler
+from tests.test_fused_step import CPU_BACKENDS
+from verifier.engine.generation import new_opening, watermark_marks, watermark_step
+from verifier.engine.profile import profile_from_dict
+
+
+def test_row_entropy_in_nats():
+    inf = float("-inf")
+    x = torch.tensor([[0.0] * 4, [0.0, inf, 0.0, inf], [5.0, inf, inf, inf]])
+    assert torch.allclose(row_entropy(x), torch.tensor([math.log(4), math.log(2), 0.0]), atol=1e-6)
+    p = torch.tensor([0.7, 0.2, 0.1])
+    want = float(-(p * p.log()).sum())
+    assert abs(float(row_entropy(p.log().unsqueeze(0).half())[0]) - want) < 2e-3  # any float dtype in
+
+
+def test_gate_opens_once_the_opening_holds_enough_entropy():
+    gate = OpeningGate.new(2, nats=4.0, cap=10)
+    uniform4 = torch.zeros(2, 4)  # ln 4 = 1.386 nats per step
+    uniform4[1, 1:] = float("-inf")  # row 1: one live token, no entropy: held until the cap
+    slots = torch.arange(2)
+    held = [gate.advance(uniform4, torch.full((2,), g), slots).tolist() for g in range(12)]
+    assert [h[0] for h in held] == [True, True, True] + [False] * 9  # 3 x 1.386 >= 4 after the third
+    assert [h[1] for h in held] == [True] * 10 + [False] * 2  # the cap
+    gate.reset([0])
+    assert bool(gate.advance(uniform4, torch.tensor([0, 11]), slots)[0])
+    gate.reset([0], opened=True)
+    assert not bool(gate.advance(uniform4, torch.tensor([0, 11]), slots)[0])
+    off = OpeningGate.new(2, nats=0.0)
+    assert not off.advance(uniform4, torch.zeros(2), slots).any()
+    with pytest.raises(ValueError):
+        OpeningGate.new(1, nats=-1.0)
+
+
+def test_spec_v1_and_zero_nats_have_no_gate():
+    assert new_opening(_profile(1), 3) is None
+    assert new_opening(_profile(2), 3, nats=0) is None
+    assert new_opening(_profile(3), 3).need.tolist() == [8.0] * 3
+
+
+def _profile(spec: int):
+    return profile_from_dict({"name": "t", "spec_version": spec, "vocab_size": 50, "segments": 2, "context_width": 3,
+                              "levels": [{"bits": 2, "chunks": 4, "fields": [{"name": "a", "bits": 4}]},
+                                         {"bits": 1, "fields": [{"name": "b", "bits": 2}]}]})
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("slotted", [False, True])
+def test_fused_step_holds_the_same_rows_as_the_python_step(backend, slotted):
+    """Marks of the fused step with a gate == `watermark_step`'s (Python sets, its own gate) on the same logits;
+    `generated` still counts every token; some row is held past the first h tokens (the gate did something)."""
+    rng = random.Random(4)
+    h, b, vocab = 3, 4, 50
+    fs = FusedSampler(HeroSampler((4,), 2, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16)), h, 2)
+    n = b + 3 if slotted else b
+    slots = torch.tensor([5, 0, 3, 1]) if slotted else torch.arange(b)
+    log, gen = ContextLog.empty(n, h), torch.zeros(n, dtype=torch.int64)
+    gate, ref_gate = OpeningGate.new(n, nats=6.0, cap=12), OpeningGate.new(b, nats=6.0, cap=12)
+    seen: list[set] = [set() for _ in range(b)]
+    payload = torch.zeros(n, 2, 2, dtype=torch.int64)
+    g = torch.Generator().manual_seed(1)
+    held_past_h = 0
+    for step in range(16):
+        ctx = torch.tensor([[rng.randrange(40) for _ in range(h)] for _ in range(b)])
+        logits = torch.randn(b, vocab, generator=g, dtype=torch.float64) * 3  # ~1-2 nats a step
+        want = ref_gate.advance(logits, torch.full((b,), step), torch.arange(b))
+        if step >= h:
+            held_past_h += int(want.sum())
+        class P:
+            context_width = h
+            spec_version = 2
+
+        want_marks = watermark_marks(P, ctx, [0 if w else step for w in want.tolist()], seen)
+        log.ensure(step + 1)
+        _, marks = fs.step(logits, ctx, payload, gen, log, backend=backend, with_marks=True, slots=slots,
+                           opening=gate)
+        assert marks.tolist() == want_marks.tolist(), step
+    assert held_past_h > 0
+    assert gen[slots].tolist() == [16] * b and int(gen.sum()) == 16 * b
+    assert torch.allclose(gate.need[slots], ref_gate.need)
+
+
+def _identical_requests(nats: float, backend: str | None, n: int = 20, steps: int = 16) -> int:
+    """Distinct outputs of n identical requests (same prompt, payload, keys) on a fixed low-entropy model."""
+    rng = random.Random(7)
+    h, vocab = 3, 4 * steps
+    fs = FusedSampler(HeroSampler((4,), 2, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16)), h, 2)
+    out = torch.zeros(n, h, dtype=torch.int64)  # the same prompt tail for every request
+    gen, log, pay = torch.zeros(n, dtype=torch.int64), fs.new_log(n), torch.zeros(n, 2, 2, dtype=torch.int64)
+    gate = OpeningGate.new(n, nats=nats)
+    g = torch.Generator().manual_seed(2)
+    for step in range(steps):
+        # 1.3 nats a step, over tokens of this step only: no context repeats (a repeat is drawn fresh anyway)
+        logits = torch.full((n, vocab), float("-inf"), dtype=torch.float64)
+        logits[:, 4 * step: 4 * step + 4] = torch.tensor([1.0, 0.5, 0.0, 0.0], dtype=torch.float64)
+        log.ensure(step + 1)
+        tok = fs.step(logits, out[:, -h:], pay, gen, log, g, backend=backend, opening=gate)
+        out = torch.cat([out, tok.unsqueeze(1)], dim=1)
+    return len({tuple(r) for r in out[:, h:].tolist()})
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_identical_requests_stop_coinciding(backend):
+    """Spec v2's rule alone (the first h = 3 tokens fresh, 3.9 nats) lets identical requests coincide; the
+    gate at 8 nats makes them as distinct as plain sampling would (20 of 20 on this model)."""
+    without, with_gate = _identical_requests(0.0, backend), _identical_requests(8.0, backend)
+    assert without <= 18  # 190 pairs x e^-3.9 = 3.8 expected coincident pairs
+    assert with_gate == 20
+
+
+def test_python_step_applies_the_gate():
+    """`watermark_step` (hero generate, the SDK) holds gated rows unmarked and accounts their entropy."""
+    from verifier.engine.generation import make_sampler
+    from verifier.engine.keys import KeySet, derive_level_table
+
+    profile = _profile(3)
+    ks = KeySet(tuple(derive_level_table(bytes([lv]) * 32, profile, lv, "v") for lv in (1, 2)))
+    sampler = make_sampler(profile, ks)
+    gate = new_opening(profile, 2, nats=3.0)
+    logits = torch.zeros(2, 50)  # ln 50 = 3.9 nats: one fresh step opens it
+    ctx = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    pay = torch.zeros(2, 2, 2, dtype=torch.int64)
+    seen: list[set] = [set(), set()]
+    watermark_step(sampler, profile, logits, ctx, pay, [5, 5], seen, None, gate)
+    assert seen == [set(), set()]  # held: fresh, nothing logged
+    assert (gate.need < 0).all()
+    watermark_step(sampler, profile, logits, ctx, pay, [6, 6], seen, None, gate)
+    assert seen == [{(1, 2, 3)}, {(4, 5, 6)}]  # open: marked, logged

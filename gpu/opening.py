@@ -51,16 +51,17 @@ class OpeningGate:
         idx = torch.as_tensor(slots, dtype=torch.int64, device=self.need.device)
         self.need.index_fill_(0, idx, 0.0 if opened else self.nats)
 
-    def advance(self, logits: Tensor, generated: Tensor, slots: Tensor) -> Tensor:
+    def advance(self, logits: Tensor, generated: Tensor, slots: Tensor, select: bool | None = None) -> Tensor:
         """Rows [B] still in their opening (draw them fresh), and account this step's entropy for them.
 
         logits [B, V] warped; generated [B] tokens each row has drawn so far; slots [B] the rows' state slots.
-        On the CPU only the gated rows' entropy is computed; on a device every row's (no host sync)."""
+        `select` (default: on the CPU) computes only the gated rows' entropy; else every row's, masked (on a
+        device: no host sync). Both give the same state."""
         if self.nats <= 0:
             return torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
         need = self.need[slots]
         gated = (need > 0) & (generated.to(need.device) < self.cap)
-        if logits.device.type == "cpu":
+        if select if select is not None else logits.device.type == "cpu":
             rows = gated.nonzero().squeeze(1)
             if rows.numel():
                 self.need[slots[rows]] = need[rows] - row_entropy(logits[rows])

@@ -340,6 +340,7 @@ def test_triton_step_in_interpreter():
             "for spec in (1, 2):\n    t.check_marks('triton', spec, steps=8)\n"
             "t.check_marks('triton', 2, slotted=True, steps=8)\n"
             "t.check_v3('triton', dtypes=(__import__('torch').float64,))\n"
+            "import test_opening\ntest_opening.check_gate('triton', True)\n"
             "print('ok')\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

@@ -12,7 +12,7 @@ import torch
 from gpu.opening import OpeningGate, row_entropy
 from gpu.sampler import HeroSampler
 from gpu.step import ContextLog, FusedSampler
-from tests.test_fused_step import CPU_BACKENDS
+from tests.test_fused_step import CPU_BACKENDS, has_cuda
 from verifier.engine.generation import new_opening, watermark_marks, watermark_step
 from verifier.engine.profile import profile_from_dict
 
@@ -26,14 +26,17 @@ def test_row_entropy_in_nats():
     assert abs(float(row_entropy(p.log().unsqueeze(0).half())[0]) - want) < 2e-3  # any float dtype in
 
 
-def test_gate_opens_once_the_opening_holds_enough_entropy():
+@pytest.mark.parametrize("select", [True, False])
+def test_gate_opens_once_the_opening_holds_enough_entropy(select):
+    """Both ways of accounting (the gated rows only: the CPU's; every row masked: a device's) give this."""
     gate = OpeningGate.new(2, nats=4.0, cap=10)
     uniform4 = torch.zeros(2, 4)  # ln 4 = 1.386 nats per step
     uniform4[1, 1:] = float("-inf")  # row 1: one live token, no entropy: held until the cap
     slots = torch.arange(2)
-    held = [gate.advance(uniform4, torch.full((2,), g), slots).tolist() for g in range(12)]
+    held = [gate.advance(uniform4, torch.full((2,), g), slots, select).tolist() for g in range(12)]
     assert [h[0] for h in held] == [True, True, True] + [False] * 9  # 3 x 1.386 >= 4 after the third
     assert [h[1] for h in held] == [True] * 10 + [False] * 2  # the cap
+    assert gate.need[0] == pytest.approx(4.0 - 3 * math.log(4)) and gate.need[1] == pytest.approx(4.0)
     gate.reset([0])
     assert bool(gate.advance(uniform4, torch.tensor([0, 11]), slots)[0])
     gate.reset([0], opened=True)
@@ -61,15 +64,26 @@ def _profile(spec: int):
 def test_fused_step_holds_the_same_rows_as_the_python_step(backend, slotted):
     """Marks of the fused step with a gate == `watermark_step`'s (Python sets, its own gate) on the same logits;
     `generated` still counts every token; some row is held past the first h tokens (the gate did something)."""
+    check_gate(backend, slotted)
+
+
+@has_cuda
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_gate_on_cuda_holds_the_same_rows(backend):
+    check_gate(backend, True, "cuda")
+
+
+def check_gate(backend: str, slotted: bool, device: str = "cpu") -> None:
     rng = random.Random(4)
     h, b, vocab = 3, 4, 50
-    fs = FusedSampler(HeroSampler((4,), 2, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16)), h, 2)
+    fs = FusedSampler(HeroSampler((4,), 2, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16), device),
+                      h, 2)
     n = b + 3 if slotted else b
-    slots = torch.tensor([5, 0, 3, 1]) if slotted else torch.arange(b)
-    log, gen = ContextLog.empty(n, h), torch.zeros(n, dtype=torch.int64)
-    gate, ref_gate = OpeningGate.new(n, nats=6.0, cap=12), OpeningGate.new(b, nats=6.0, cap=12)
+    slots = (torch.tensor([5, 0, 3, 1]) if slotted else torch.arange(b)).to(device)
+    log, gen = ContextLog.empty(n, h, device), torch.zeros(n, dtype=torch.int64, device=device)
+    gate, ref_gate = OpeningGate.new(n, nats=6.0, cap=12, device=device), OpeningGate.new(b, nats=6.0, cap=12)
     seen: list[set] = [set() for _ in range(b)]
-    payload = torch.zeros(n, 2, 2, dtype=torch.int64)
+    payload = torch.zeros(n, 2, 2, dtype=torch.int64, device=device)
     g = torch.Generator().manual_seed(1)
     held_past_h = 0
     for step in range(16):
@@ -84,12 +98,12 @@ def test_fused_step_holds_the_same_rows_as_the_python_step(backend, slotted):
 
         want_marks = watermark_marks(P, ctx, [0 if w else step for w in want.tolist()], seen)
         log.ensure(step + 1)
-        _, marks = fs.step(logits, ctx, payload, gen, log, backend=backend, with_marks=True, slots=slots,
-                           opening=gate)
-        assert marks.tolist() == want_marks.tolist(), step
+        _, marks = fs.step(logits.to(device), ctx.to(device), payload, gen, log, backend=backend, with_marks=True,
+                           slots=slots, opening=gate)
+        assert marks.cpu().tolist() == want_marks.tolist(), step
     assert held_past_h > 0
     assert gen[slots].tolist() == [16] * b and int(gen.sum()) == 16 * b
-    assert torch.allclose(gate.need[slots], ref_gate.need)
+    assert torch.allclose(gate.need[slots].cpu(), ref_gate.need, atol=1e-5)
 
 
 def _identical_requests(nats: float, backend: str | None, n: int = 20, steps: int = 16) -> int:

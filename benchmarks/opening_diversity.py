@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -37,14 +36,10 @@ def _mean_ci(values) -> dict:
     return {"mean": round(float(v.mean()), 3), "ci95": [round(float(lo), 3), round(float(hi), 3)]}
 
 
-def _wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [0.0, 1.0]
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [round(max(0.0, c - h), 3), round(min(1.0, c + h), 3)]
+def _wilson(k: int, n: int) -> list[float]:
+    from verifier.evaluation.metrics import wilson
+
+    return [round(x, 3) for x in wilson(k, n)]
 
 
 def _gen(ctx, prompts, payloads, setting, nats, tokens, seed):

@@ -153,7 +153,7 @@ class FusedSampler:
         `slots[b]` (default: slot b) of payload [S, K, L], generated [S] int64 (tokens drawn so far; advanced
         in place) and `log` (S rows; appended in place; call `log.ensure(max generated + 1)` first when rows
         can outgrow it). Slots let a serving engine keep state in place while its batch rows move.
-        `opening` (S slots): rows still in their entropy-gated opening are drawn fresh (gpu/opening.py).
+        `opening` (S slots): rows still in their gated opening are drawn fresh (gpu/opening.py).
         """
         if backend is None:
             backend = pick_backend(logits)
@@ -173,10 +173,11 @@ class FusedSampler:
         if opening is not None and opening.nats > 0:
             # every backend marks only rows with generated >= h: a gated row is shown as a response's first token
             gen = generated[slots]
-            gated = opening.advance(logits, gen, slots)
+            held = opening.held(gen, slots)
             shown = generated.clone()
-            shown[slots] = torch.where(gated, torch.zeros_like(gen), gen)
+            shown[slots] = torch.where(held, torch.zeros_like(gen), gen)
             out = self.step(logits, contexts, payload, shown, log, generator, backend, with_marks, slots)
+            opening.account(logits, out[0] if with_marks else out, held, slots)
             generated[slots] = gen + 1
             return out
         args = (logits, contexts, payload, generated, log, generator, slots)

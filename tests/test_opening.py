@@ -1,5 +1,6 @@
-"""The entropy-gated opening (gpu/opening.py): rows stay unmarked until their opening holds `nats` of entropy
-(or `cap` tokens pass), the same on every step path, and identical requests stop coinciding."""
+"""The gated opening (gpu/opening.py): rows stay unmarked until the surprisal of their fresh tokens reaches
+`nats` (or `cap` tokens pass), the same on every step path; an ended opening is improbable, and identical
+requests stop coinciding."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import random
 import pytest
 import torch
 
-from gpu.opening import OpeningGate, row_entropy
+from gpu.opening import OpeningGate, token_surprisal
 from gpu.sampler import HeroSampler
 from gpu.step import ContextLog, FusedSampler
 from tests.test_fused_step import CPU_BACKENDS, has_cuda
@@ -17,34 +18,65 @@ from verifier.engine.generation import new_opening, watermark_marks, watermark_s
 from verifier.engine.profile import profile_from_dict
 
 
-def test_row_entropy_in_nats():
+def test_token_surprisal_in_nats():
     inf = float("-inf")
     x = torch.tensor([[0.0] * 4, [0.0, inf, 0.0, inf], [5.0, inf, inf, inf]])
-    assert torch.allclose(row_entropy(x), torch.tensor([math.log(4), math.log(2), 0.0]), atol=1e-6)
+    got = token_surprisal(x, torch.tensor([3, 2, 0]))
+    assert torch.allclose(got, torch.tensor([math.log(4), math.log(2), 0.0]), atol=1e-6)
     p = torch.tensor([0.7, 0.2, 0.1])
-    want = float(-(p * p.log()).sum())
-    assert abs(float(row_entropy(p.log().unsqueeze(0).half())[0]) - want) < 2e-3  # any float dtype in
+    assert abs(float(token_surprisal(p.log().unsqueeze(0).half(), torch.tensor([2]))[0]) - math.log(10)) < 2e-3
 
 
 @pytest.mark.parametrize("select", [True, False])
-def test_gate_opens_once_the_opening_holds_enough_entropy(select):
-    """Both ways of accounting (the gated rows only: the CPU's; every row masked: a device's) give this."""
+def test_gate_opens_once_the_opening_is_improbable_enough(select):
+    """Both ways of accounting (the held rows only: the CPU's; every row masked: a device's) give this."""
     gate = OpeningGate.new(2, nats=4.0, cap=10)
-    uniform4 = torch.zeros(2, 4)  # ln 4 = 1.386 nats per step
-    uniform4[1, 1:] = float("-inf")  # row 1: one live token, no entropy: held until the cap
-    slots = torch.arange(2)
-    held = [gate.advance(uniform4, torch.full((2,), g), slots, select).tolist() for g in range(12)]
+    uniform4 = torch.zeros(2, 4)  # ln 4 = 1.386 nats per token
+    uniform4[1, 1:] = float("-inf")  # row 1: one live token, no surprisal: held until the cap
+    slots, tokens = torch.arange(2), torch.tensor([1, 0])
+    held = []
+    for g in range(12):
+        h = gate.held(torch.full((2,), g), slots)
+        gate.account(uniform4, tokens, h, slots, select)
+        held.append(h.tolist())
     assert [h[0] for h in held] == [True, True, True] + [False] * 9  # 3 x 1.386 >= 4 after the third
     assert [h[1] for h in held] == [True] * 10 + [False] * 2  # the cap
     assert gate.need[0] == pytest.approx(4.0 - 3 * math.log(4)) and gate.need[1] == pytest.approx(4.0)
     gate.reset([0])
-    assert bool(gate.advance(uniform4, torch.tensor([0, 11]), slots)[0])
+    assert bool(gate.held(torch.tensor([0, 11]), slots)[0])
     gate.reset([0], opened=True)
-    assert not bool(gate.advance(uniform4, torch.tensor([0, 11]), slots)[0])
+    assert not bool(gate.held(torch.tensor([0, 11]), slots)[0])
     off = OpeningGate.new(2, nats=0.0)
-    assert not off.advance(uniform4, torch.zeros(2), slots).any()
+    assert not off.held(torch.zeros(2), slots).any()
     with pytest.raises(ValueError):
         OpeningGate.new(1, nats=-1.0)
+
+
+def test_an_ended_opening_is_improbable():
+    """The bound the gate rests on: every opening it ends has probability <= e^-nats, so identical requests
+    share one with probability <= e^-nats. Monte Carlo over a skewed 3-token model: the rate at which two
+    independent runs share their opening, against the bound."""
+    gate_nats, runs = 3.0, 4000
+    logits = torch.tensor([[2.0, 0.0, -1.0]]).expand(runs, 3)
+    p = torch.softmax(logits[0], 0)
+    g = torch.Generator().manual_seed(0)
+    openings = []
+    gate = OpeningGate.new(runs, nats=gate_nats, cap=50)
+    slots = torch.arange(runs)
+    seqs = [[] for _ in range(runs)]
+    for step in range(50):
+        held = gate.held(torch.full((runs,), step), slots)
+        if not held.any():
+            break
+        tok = torch.multinomial(p.expand(runs, 3), 1, generator=g).squeeze(1)
+        gate.account(logits, tok, held, slots)
+        for r in held.nonzero().squeeze(1).tolist():
+            seqs[r].append(int(tok[r]))
+    openings = [tuple(s) for s in seqs]
+    prob = {o: math.prod(float(p[t]) for t in o) for o in set(openings)}
+    assert max(prob.values()) <= math.exp(-gate_nats) + 1e-9  # every ended opening
+    shared = sum(openings[i] == openings[i + 1] for i in range(0, runs, 2)) / (runs // 2)
+    assert shared <= math.exp(-gate_nats) * 1.3  # 0.05 bound; tokens of the 2.0-logit kind alone: 0.22
 
 
 def test_spec_v1_and_zero_nats_have_no_gate():
@@ -88,8 +120,8 @@ def check_gate(backend: str, slotted: bool, device: str = "cpu") -> None:
     held_past_h = 0
     for step in range(16):
         ctx = torch.tensor([[rng.randrange(40) for _ in range(h)] for _ in range(b)])
-        logits = torch.randn(b, vocab, generator=g, dtype=torch.float64) * 3  # ~1-2 nats a step
-        want = ref_gate.advance(logits, torch.full((b,), step), torch.arange(b))
+        logits = torch.randn(b, vocab, generator=g, dtype=torch.float64) * 3  # ~1-2 nats a token
+        want = ref_gate.held(torch.full((b,), step), torch.arange(b))
         if step >= h:
             held_past_h += int(want.sum())
         class P:
@@ -98,8 +130,9 @@ def check_gate(backend: str, slotted: bool, device: str = "cpu") -> None:
 
         want_marks = watermark_marks(P, ctx, [0 if w else step for w in want.tolist()], seen)
         log.ensure(step + 1)
-        _, marks = fs.step(logits.to(device), ctx.to(device), payload, gen, log, backend=backend, with_marks=True,
-                           slots=slots, opening=gate)
+        tokens, marks = fs.step(logits.to(device), ctx.to(device), payload, gen, log, backend=backend,
+                                with_marks=True, slots=slots, opening=gate)
+        ref_gate.account(logits, tokens.cpu(), want, torch.arange(b))
         assert marks.cpu().tolist() == want_marks.tolist(), step
     assert held_past_h > 0
     assert gen[slots].tolist() == [16] * b and int(gen.sum()) == 16 * b
@@ -116,7 +149,7 @@ def _identical_requests(nats: float, backend: str | None, n: int = 20, steps: in
     gate = OpeningGate.new(n, nats=nats)
     g = torch.Generator().manual_seed(2)
     for step in range(steps):
-        # 1.3 nats a step, over tokens of this step only: no context repeats (a repeat is drawn fresh anyway)
+        # 1.3 nats a token on average, tokens of this step only: no context repeats (a repeat is drawn fresh)
         logits = torch.full((n, vocab), float("-inf"), dtype=torch.float64)
         logits[:, 4 * step: 4 * step + 4] = torch.tensor([1.0, 0.5, 0.0, 0.0], dtype=torch.float64)
         log.ensure(step + 1)
@@ -135,7 +168,7 @@ def test_identical_requests_stop_coinciding(backend):
 
 
 def test_python_step_applies_the_gate():
-    """`watermark_step` (hero generate, the SDK) holds gated rows unmarked and accounts their entropy."""
+    """`watermark_step` (hero generate, the SDK) holds gated rows unmarked and accounts their surprisal."""
     from verifier.engine.generation import make_sampler
     from verifier.engine.keys import KeySet, derive_level_table
 
@@ -143,7 +176,7 @@ def test_python_step_applies_the_gate():
     ks = KeySet(tuple(derive_level_table(bytes([lv]) * 32, profile, lv, "v") for lv in (1, 2)))
     sampler = make_sampler(profile, ks)
     gate = new_opening(profile, 2, nats=3.0)
-    logits = torch.zeros(2, 50)  # ln 50 = 3.9 nats: one fresh step opens it
+    logits = torch.zeros(2, 50)  # ln 50 = 3.9 nats a token: one fresh step opens it
     ctx = torch.tensor([[1, 2, 3], [4, 5, 6]])
     pay = torch.zeros(2, 2, 2, dtype=torch.int64)
     seen: list[set] = [set(), set()]

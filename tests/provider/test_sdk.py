@@ -117,8 +117,8 @@ def test_first_h_tokens_use_fresh_randomness_under_v2():
         assert (tok.unique().numel() > 1) == distinct, generated
 
 
-def test_a_new_request_stays_fresh_until_its_opening_holds_enough_entropy():
-    """The entropy-gated opening through the SDK: 3 live tokens (ln 3 = 1.1 nats a step) and an 8-nat gate keep
+def test_a_new_request_stays_fresh_until_its_opening_is_improbable_enough():
+    """The gated opening through the SDK: 3 equal live tokens (ln 3 = 1.1 nats each) and an 8-nat gate keep
     a new request fresh for 8 tokens (past h = 4), then the same context and payload give one token."""
     profile = default_profile()
     _, bundle = _bundle(profile)

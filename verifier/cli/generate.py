@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--opening-nats", type=float, default=None,
-                   help="draw the opening fresh until it holds this much entropy (default 8; 0: only the first h "
-                        "tokens, spec v2's rule): identical requests then differ as plain sampling does")
+                   help="draw the opening fresh until its tokens' surprisal reaches this many nats (default 8; 0: "
+                        "only the first h tokens, spec v2's rule): identical requests then differ as plain "
+                        "sampling does")
     add_profile_arg(p)
     p.set_defaults(handler=cmd_generate)
 

@@ -6,7 +6,7 @@ row (0 at the chosen id, -inf elsewhere). Any later warper leaves a one-hot row 
 multinomial then returns exactly our token. Repeated h-gram contexts (inside the continuation) are
 sampled without watermark from the same warped distribution, as the decoder skips them. Under spec v2
 the first h generated tokens (whose contexts touch the prompt, which a verifier never sees) are also
-drawn with fresh randomness, and after them every token until the opening's entropy reaches
+drawn with fresh randomness, and after them every token until the opening's surprisal reaches
 `OPENING_NATS` (gpu/opening.py; at most `OPENING_CAP` tokens): one key and prompt then no longer fix the
 opening of every response.
 """
@@ -89,7 +89,7 @@ def watermark_marks(
 
 def new_opening(profile: Profile, rows: int, nats: float | None = None,
                 device: str | torch.device = "cpu") -> OpeningGate | None:
-    """The entropy-gated opening of `rows` responses (gpu/opening.py); None under spec v1 (every token marked)
+    """The gated opening of `rows` responses (gpu/opening.py); None under spec v1 (every token marked)
     or with `nats` = 0. Default: `OPENING_NATS`."""
     nats = OPENING_NATS if nats is None else nats
     if profile.spec_version < 2 or nats <= 0:
@@ -112,16 +112,20 @@ def watermark_step(
 
     logits [B, V]: the warped scores (temperature/top-k/top-p already applied); contexts [B, h] int64:
     each row's last h token ids; payload [B, K, L] int64 (`encode_payload` per row); generated / seen:
-    per-row state (see `watermark_marks`); `opening`: the rows' entropy-gated openings (row i = slot i).
+    per-row state (see `watermark_marks`); `opening`: the rows' gated openings (row i = slot i).
     The one implementation of the step: `HeroLogitsProcessor` and the provider SDK both call it.
     """
-    if opening is not None:
-        dev = opening.need.device
-        gated = opening.advance(logits, torch.tensor(list(generated), dtype=torch.int64, device=dev),
-                                torch.arange(len(generated), device=dev))
-        generated = [0 if g else n for g, n in zip(gated.tolist(), generated, strict=True)]
-    mark = watermark_marks(profile, contexts, generated, seen)
-    return sampler.sample(logits, contexts, payload, mark.to(logits.device), generator)
+    if opening is None:
+        mark = watermark_marks(profile, contexts, generated, seen)
+        return sampler.sample(logits, contexts, payload, mark.to(logits.device), generator)
+    dev = opening.need.device
+    rows = torch.arange(len(generated), device=dev)
+    held = opening.held(torch.tensor(list(generated), dtype=torch.int64, device=dev), rows)
+    shown = [0 if g else n for g, n in zip(held.tolist(), generated, strict=True)]
+    mark = watermark_marks(profile, contexts, shown, seen)
+    tokens = sampler.sample(logits, contexts, payload, mark.to(logits.device), generator)
+    opening.account(logits, tokens, held.to(logits.device), rows.to(logits.device))
+    return tokens
 
 
 class HeroLogitsProcessor(LogitsProcessor):
@@ -226,7 +230,7 @@ def generate_watermarked(
     opening_nats: float | None = None,
 ) -> list[Generation]:
     """Batched generation; returns the continuation only (what a verifier later receives). `on_step` is
-    called once per generated token position (progress display); `opening_nats`: the entropy-gated
+    called once per generated token position (progress display); `opening_nats`: the gated
     opening's threshold (default `OPENING_NATS`; 0: only the first h tokens are fresh, as before)."""
     device = next(model.parameters()).device
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)

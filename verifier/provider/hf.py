@@ -75,7 +75,7 @@ class HeroWatermarkingConfig(BaseWatermarkingConfig):
 
     `bundle` is an opened `GenerationBundle`; `payloads[i]` the fields of batch row i (validated against the
     bundle's profile now: `PayloadError`). `generator` (optional) supplies the fresh randomness of unmarked
-    tokens (default: seeded from the OS per `generate` call). `opening_nats`: the entropy-gated opening's
+    tokens (default: seeded from the OS per `generate` call). `opening_nats`: the gated opening's
     threshold (gpu/opening.py; default `OPENING_NATS`, 0: only the first h tokens fresh).
     """
 

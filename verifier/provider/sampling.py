@@ -45,7 +45,7 @@ __all__ = ["BundleSampler", "ProviderGeneration", "RequestState", "generate", "l
 @dataclass
 class RequestState:
     """Per-request state of the watermark: tokens drawn so far, the continuation contexts seen and the nats its
-    entropy-gated opening still needs (None: the full threshold for a new request; a state made mid-response,
+    gated opening still needs (None: the full threshold for a new request; a state made mid-response,
     generated > 0, is a resumed request whose opening was drawn before: open)."""
 
     generated: int = 0
@@ -58,7 +58,7 @@ class BundleSampler:
 
     def __init__(self, bundle: GenerationBundle, device: str | torch.device = "cpu",
                  opening_nats: float | None = None) -> None:
-        """`opening_nats`: the entropy-gated opening's threshold (default `OPENING_NATS`; 0: off)."""
+        """`opening_nats`: the gated opening's threshold (default `OPENING_NATS`; 0: off)."""
         self.bundle = bundle
         self.profile = bundle.profile
         self.device = torch.device(device)

@@ -29,9 +29,10 @@ OPENING_CAP = 24  # tokens: past this the gate opens whatever the surprisal (bou
 
 
 def token_surprisal(logits: Tensor, tokens: Tensor) -> Tensor:
-    """-log softmax(logits)[b, tokens[b]] per row, [B, V], [B] -> [B] float32 nats."""
-    logp = torch.log_softmax(logits.to(torch.float32), dim=-1)
-    return -logp.gather(1, tokens.to(torch.int64).unsqueeze(1)).squeeze(1)
+    """-log softmax(logits)[b, tokens[b]] per row, [B, V], [B] -> [B] float32 nats: logsumexp minus the token's
+    logit, a row reduction (no [B, V] log-probabilities written: this runs every step on a device)."""
+    x = logits.float()
+    return torch.logsumexp(x, dim=-1) - x.gather(1, tokens.to(torch.int64).unsqueeze(1)).squeeze(1)
 
 
 @dataclass

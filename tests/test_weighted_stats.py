@@ -24,9 +24,9 @@ from verifier.engine.weighted_decode import (
     MODEL_AWARE,
     STATISTICS,
     UNION,
-    UNION_PARTS,
     WeightedDecoder,
     Weighting,
+    edited_positions,
 )
 
 PROFILE = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), spec_version=2)
@@ -179,13 +179,74 @@ def _payloads(rng, n, model=None):
 
 
 def _text_weights(batch, seed=0, statistic=LINEAR):
-    """A function of the text only (as model-aware weights are): per scored token, from a hash of its ids."""
+    """A function of the text only (as model-aware weights are): per scored token, from a hash of its ids;
+    about 1 token in 20 is "implausible" (below the edit floor), so it and its h successors weigh 0."""
     out = []
     for ids in batch:
         pos = reference.scored_positions(ids, PROFILE.context_width)
         p = np.array([[(hash((seed, ids[t - 1], ids[t], lv)) % 1000 + 1) / 1000.0 for lv in (1, 2)] for t in pos])
-        out.append(Weighting(statistic)(p.reshape(-1, 2)))
+        p = p.reshape(-1, 2)
+        p[np.array([hash((seed, ids[t], "edit")) % 20 == 0 for t in pos], dtype=bool)] = 1e-3
+        out.append(Weighting(statistic).for_text(p, ids, PROFILE.context_width))
     return out
+
+
+def test_edited_positions_are_an_implausible_token_and_the_positions_it_seeded():
+    """A token the re-run finds implausible (level probabilities' product below the floor) drops its own
+    position and the h after it, whose keys it seeded; positions before it keep their weights. The union
+    reads the text once more per floor with those positions at 0 and keeps its unedited readings."""
+    h = 3
+    ids = list(range(100, 140))  # no repeated context: every position from h on is scored
+    pos = reference.scored_positions(ids, h)
+    p = np.full((len(pos), 2), 0.5)
+    p[pos.index(20)] = [1e-3, 1e-3]  # product 1e-6: below both default floors
+    p[pos.index(30)] = [1e-2, 5e-3]  # product 5e-5: below 1e-4 only
+    drop4, drop5 = edited_positions(p, ids, h, 1e-4), edited_positions(p, ids, h, 1e-5)
+    assert [t for t, d in zip(pos, drop4, strict=True) if d] == [20, 21, 22, 23, 30, 31, 32, 33]
+    assert [t for t, d in zip(pos, drop5, strict=True) if d] == [20, 21, 22, 23]
+    assert not edited_positions(p, ids, h, 1e-7).any()
+    for statistic in (LINEAR, LIKELIHOOD_RATIO):  # single statistics read every token
+        assert np.array_equal(Weighting(statistic).for_text(p, ids, h), Weighting(statistic)(p))
+    base = Weighting(UNION)(p)
+    w = Weighting(UNION, edit_floors=(1e-4, 1e-5)).for_text(p, ids, h)
+    assert w.shape == (9, len(pos), 2) and np.array_equal(w[:3], base)
+    for readings, drop in ((w[3:6], drop4), (w[6:9], drop5)):
+        assert (readings[:, drop, :] == 0).all() and np.array_equal(readings[:, ~drop, :], base[:, ~drop, :])
+    assert np.array_equal(Weighting(UNION, edit_floors=()).for_text(p, ids, h), base)
+    for bad in ((1.0,), (0.0,)):
+        with pytest.raises(ValueError):
+            Weighting(UNION, edit_floors=bad)
+
+
+def test_dropping_edited_positions_names_the_user_of_edited_texts_more_often(keys, decoder):
+    """15 % of tokens replaced by uniform ids (the evaluation's attack); the verifier reads the generator's
+    own probabilities on the kept tokens and, as an LM does, a tiny one on a replaced token. Weighing the
+    replaced tokens and the positions they seeded 0 names the true user more often than weighing them
+    (measured on SmolLM2: docs/evaluation/spec-v3.md, session 19) and never a wrong one."""
+    rng = random.Random(8)
+    pays = _payloads(rng, 120)
+    probs: list = []
+    ids = generate(PROFILE, keys, pays, 80, seed=26, sigma=3.0, probs=probs)
+    gen_p = torch.stack(probs, dim=1).numpy()
+    h = PROFILE.context_width
+    edited, p_rows = [], []
+    for i, x in enumerate(ids.tolist()):
+        y = list(x)
+        swapped = set(rng.sample(range(h, len(y)), round(0.15 * len(y))))
+        for t in swapped:
+            y[t] = rng.randrange(PROFILE.vocab_size)
+        pos = reference.scored_positions(y, h)
+        p_rows.append(np.array([[1e-4, 1e-4] if t in swapped else gen_p[i, t] for t in pos]).reshape(-1, 2))
+        edited.append(y)
+    exact = {}
+    for floors in ((), (1e-4, 1e-5)):
+        wt = Weighting(UNION, edit_floors=floors)
+        res = WeightedDecoder(decoder, statistic=UNION).decode_ids(
+            edited, [wt.for_text(p, y, h) for p, y in zip(p_rows, edited, strict=True)])
+        for r, q in zip(res, pays, strict=True):
+            assert _named(r.levels[1]) <= {q["level2"]}
+        exact[floors] = sum(r.levels[1].fields == {"level2": q["level2"]} for r, q in zip(res, pays, strict=True))
+    assert exact[(1e-4, 1e-5)] >= exact[()] + 12, exact  # about 52 -> 80 of 120
 
 
 def _named(level) -> set[int]:
@@ -254,13 +315,14 @@ def test_generator_weights_name_more_users_on_short_texts(keys, decoder, statist
 def test_null_pvalues_are_uniform_and_release_nothing(keys, decoder, statistic):
     """Human-like texts (uniform ids) and watermarked texts read with a wrong key set, weighted by a function
     of the text: every level's p-value is uniform (KS) and no value is released (up to alpha). The union's
-    p-values are a union bound over its 3 parts: valid (P[p <= t] <= t at every t) and conservative by at
-    most that factor (P[p <= t] >= t / 3), not uniform."""
+    p-values are a union bound over its readings: valid (P[p <= t] <= t at every t) and conservative by at
+    most that factor (P[p <= t] >= t / readings: 3, and 3 more per edit floor), not uniform."""
     human = np.random.default_rng(5).integers(0, PROFILE.vocab_size, size=(200, 80)).tolist()
     other = make_keyset(PROFILE, 2)
     marked = generate(PROFILE, other, _payloads(random.Random(6), 100), 80, seed=23).tolist()
     batch = human + marked
-    res = WeightedDecoder(decoder, statistic=statistic).decode_ids(batch, _text_weights(batch, statistic=statistic))
+    weights = _text_weights(batch, statistic=statistic)
+    res = WeightedDecoder(decoder, statistic=statistic).decode_ids(batch, weights)
     flagged = [r for r in res if r.watermarked or any(_named(lv) for lv in r.levels)]
     assert len(flagged) <= 2  # 300 texts x 2 levels at alpha = 1e-4 (+ the region scan)
     samples = [np.array([r.levels[lv].p_value for r in res]) for lv in (0, 1)] + [np.array([r.p_value for r in res])]
@@ -271,7 +333,7 @@ def test_null_pvalues_are_uniform_and_release_nothing(keys, decoder, statistic):
         for t in (0.05, 0.1, 0.2, 0.4):
             k, n = int((p <= t).sum()), len(p)
             assert sps.binom.sf(k - 1, n, t) > 1e-4, (i, t, k)  # not above t (one-sided binomial test)
-            assert sps.binom.cdf(k, n, t / len(UNION_PARTS)) > 1e-4, (i, t, k)  # not below t / 3
+            assert sps.binom.cdf(k, n, t / len(weights[0])) > 1e-4, (i, t, k)  # not below t / readings
 
 
 @pytest.mark.slow

@@ -101,7 +101,8 @@ def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] 
                    runner=Runner(store, tokenizers, settings.alpha,
                                  scorer=model_aware_scorer(settings.model_aware, settings.worker_device,
                                                            deployment_sampling(settings),
-                                                           settings.model_aware_statistic)))
+                                                           settings.model_aware_statistic,
+                                                           settings.model_aware_edit_floors)))
 
 
 class ProcessLocal:

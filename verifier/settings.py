@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     # likelihood-ratio weights per candidate, times 3: engine/weighted_decode.DEFAULT_STATISTIC), "linear" or
     # "likelihood-ratio" (each weaker somewhere: docs/evaluation/spec-v3.md, sessions 16 and 17)
     model_aware_statistic: Literal["linear", "likelihood-ratio", "union"] = "union"
+    # The union also reads each text once per floor with every token its LM re-run gives less than the floor taken
+    # for an edit (it and the positions its context seeded weigh 0; spec 16.6; engine/weighted_decode.
+    # DEFAULT_EDIT_FLOORS). A JSON list, e.g. HERO_MODEL_AWARE_EDIT_FLOORS='[1e-4]'; [] reads every token only.
+    model_aware_edit_floors: tuple[float, ...] = (1e-4, 1e-5)
     # How this deployment's providers sample (HERO_MODEL_AWARE_TOP_K / _TOP_P / _TEMPERATURE): model-aware scoring
     # reads the re-run under that warp, mixed with the raw model (engine/model_aware.DeploymentSampling). A
     # setting of the deployment, never of a request (a caller choosing it could shop for a p-value).
@@ -109,6 +113,13 @@ class Settings(BaseSettings):
     # kill a worker or the API process mid-job.
     test_hooks: bool = False
     worker_test_delay_s: float = Field(default=0.0, ge=0)
+
+    @field_validator("model_aware_edit_floors", mode="after")
+    @classmethod
+    def _floors(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not all(0.0 < f < 1.0 for f in v):
+            raise ValueError("every edit floor must be in (0, 1)")
+        return v
 
     @field_validator("home", mode="after")
     @classmethod

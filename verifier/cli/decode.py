@@ -168,7 +168,8 @@ def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
 
         sampling = deployment_sampling(settings.model_copy(update={
             k: v for k, v in (("model_aware_top_k", args.top_k), ("model_aware_top_p", args.top_p)) if v is not None}))
-        scorer = model_aware_scorer(True, "auto", sampling, args.statistic or settings.model_aware_statistic)
+        scorer = model_aware_scorer(True, "auto", sampling, args.statistic or settings.model_aware_statistic,
+                                    settings.model_aware_edit_floors)
     runner = Runner(store, TokenizerCache(), settings.alpha, scorer=scorer)
     try:
         (out,) = runner.decode(DecodeJob(profile, (text,), grant.level, alpha, expect=asked))

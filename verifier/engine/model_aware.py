@@ -197,7 +197,8 @@ class ModelAwareScorer:
         model = self._load(decoder.profile.tokenizer, self.device)
         probs = level_probabilities(model, decoder.profile, batch, batch_size=self.batch_size,
                                     sampling=self.sampling)
-        weights = [self.weighting(p) for p in probs]
+        h = decoder.profile.context_width
+        weights = [self.weighting.for_text(p, x, h) for p, x in zip(probs, batch, strict=True)]
         return WeightedDecoder(decoder, statistic=self.weighting.statistic).decode_ids(batch, weights)
 
     def decode_texts(self, decoder: Decoder, texts: Sequence[str], tokenizer) -> list[DecodeResult]:

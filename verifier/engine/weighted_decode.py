@@ -51,6 +51,10 @@ UNION_PARTS = (LINEAR, LINEAR, LIKELIHOOD_RATIO)
 # model-aware scoring's statistic unless the deployment picks another (HERO_MODEL_AWARE_STATISTIC): the union,
 # at least as strong as each single statistic on verbatim, edited and spliced text (spec-v3.md, session 17)
 DEFAULT_STATISTIC = UNION
+# the union reads each text once more per floor, with every token the LM re-run gives less than the floor taken
+# for an edit: it and the h positions after it (whose keys it seeded) weigh 0 (spec 16.6; the floors chosen on
+# docs/evaluation/spec-v3.md, session 19: 1e-4 suits top-k/top-p text, 1e-5 text sampled at T = 1)
+DEFAULT_EDIT_FLOORS = (1e-4, 1e-5)
 _GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equivalent scores
 
 
@@ -64,21 +68,43 @@ class Weighting:
       of U ~ Beta(1/p, 1) against Uniform up to a constant: the Neyman-Pearson statistic when p is right,
       stronger on verbatim text, weaker on edited or spliced text (docs/evaluation/spec-v3.md, session 16);
       UNION (HERO_MODEL_AWARE_STATISTIC=union) reads each candidate under equal, linear and likelihood-ratio
-      weights at once and keeps the best tail times 3 (spec 16.5); its weights are [3, n, levels];
+      weights at once and keeps the best tail times the number of readings (spec 16.5); its weights are
+      [3, n, levels] from `__call__`, [3 (1 + len(edit_floors)), n, levels] from `for_text`;
     - `mix`: the verifier's probability is mixed with a flat floor, p' = (1 - mix) p + mix, before the
       weight is taken;
     - `clip`: no token weighs more than `clip` (default 4 linear, 5 likelihood ratio: the re-run lacks the
       prompt and a replaced token is improbable to the model: an unclipped 1/p - 1 lets one such token swamp
-      the sum).
+      the sum);
+    - `edit_floors` (UNION, `for_text` only): per floor, the three readings again with every token whose
+      re-run probability (the product of its level probabilities) is below the floor read as an edit: it and
+      the `context_width` positions after it weigh 0 (their keys came from a context the generator never saw:
+      noise that only dilutes the sum). The union keeps the unedited readings, so verbatim text loses only
+      the larger union factor; the weights stay a function of the text alone (every p-value keeps its law).
     """
 
     statistic: str = LINEAR
     clip: float | None = None
     mix: float = 0.0
+    edit_floors: tuple[float, ...] = DEFAULT_EDIT_FLOORS
 
     def __post_init__(self) -> None:
         if self.statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {STATISTICS}")
+        if not all(0.0 < f < 1.0 for f in self.edit_floors):
+            raise ValueError("every edit floor must be in (0, 1)")
+
+    def for_text(self, p: np.ndarray, ids: Sequence[int], context_width: int) -> np.ndarray:
+        """One text's weights: `self(p)`, and for UNION one more set of readings per edit floor, with the
+        positions `edited_positions` flags weighed 0 (always present, so the union factor is fixed)."""
+        w = self(p)
+        if self.statistic != UNION or not self.edit_floors:
+            return w
+        readings = [w]
+        for floor in self.edit_floors:
+            masked = np.array(w, copy=True)
+            masked[:, edited_positions(p, ids, context_width, floor), :] = 0.0
+            readings.append(masked)
+        return np.concatenate(readings, axis=0)
 
     def __call__(self, p: np.ndarray) -> np.ndarray:
         """Weights [n, levels] (UNION: [3, n, levels], one slice per part of UNION_PARTS)."""
@@ -91,13 +117,28 @@ class Weighting:
         return np.minimum(w, DEFAULT_CLIP[self.statistic] if self.clip is None else self.clip)
 
 
+def edited_positions(p: np.ndarray, ids: Sequence[int], context_width: int, floor: float) -> np.ndarray:
+    """[n] bool over a text's scored positions (reference.scored_positions order): True where the token at
+    that position, or one of the `context_width` tokens before it, is a scored token whose re-run probability
+    (the product of its row of `p`, [n, levels]) is below `floor` (an unscored token is taken as plausible)."""
+    pos = np.asarray(_positions(ids, context_width), dtype=np.int64)
+    if not len(pos):
+        return np.zeros(0, dtype=bool)
+    token_p = np.prod(np.asarray(p, dtype=np.float64)[: len(pos)], axis=1)
+    bad = np.zeros(len(ids) + 1, dtype=np.int64)
+    bad[pos[token_p < floor] + 1] = 1
+    run = np.cumsum(bad)  # run[t + 1] - run[t - h]: implausible tokens among positions t - h .. t
+    return (run[pos + 1] - run[np.maximum(pos - context_width, 0)]) > 0
+
+
 Parts = list[tuple[str, np.ndarray]]  # one level's (statistic, weights [n]) per part
 
 
 def _level_parts(statistic: str, w: np.ndarray, col: int) -> Parts:
     """One level's parts from a text's weights ([n, levels], or [parts, n, levels] for UNION)."""
     if statistic == UNION:
-        return [(st, np.asarray(w[j, :, col], dtype=np.float64)) for j, st in enumerate(UNION_PARTS)]
+        k = len(UNION_PARTS)  # readings repeat UNION_PARTS (all tokens, then once per edit floor)
+        return [(UNION_PARTS[j % k], np.asarray(w[j, :, col], dtype=np.float64)) for j in range(w.shape[0])]
     return [(statistic, np.asarray(w[:, col], dtype=np.float64))]
 
 
@@ -170,10 +211,10 @@ class WeightedDecoder:
         union = self.statistic == UNION
         for i, w in enumerate(weights):
             shape = w.shape[1:] if union else w.shape
-            if (union and (w.ndim != 3 or w.shape[0] != len(UNION_PARTS))) or shape[0] != n_tok[i] or (
+            if (union and (w.ndim != 3 or w.shape[0] % len(UNION_PARTS))) or shape[0] != n_tok[i] or (
                     n_tok[i] and shape[1] < len(d.tables)):
                 raise ValueError(f"text {i}: weights {w.shape} for {n_tok[i]} scored tokens, {len(d.tables)} levels"
-                                 + (f", {len(UNION_PARTS)} parts" if union else ""))
+                                 + (f", a multiple of {len(UNION_PARTS)} parts" if union else ""))
         w1 = [_level_parts(self.statistic, w, 0) for w in weights]
         ev1 = {t.version: self._evidence(ids, lengths, n_tok, t.version, [(1, t)]) for t in d.tables[1]}
         level1 = [self._choose(1, [(t, ev1[t.version][i][0]) for t in d.tables[1]], w1[i])

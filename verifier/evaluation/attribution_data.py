@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpu.opening import OPENING_NATS
 from verifier.evaluation.attribution import SCHEME, payload_for, user_value
 from verifier.evaluation.methods import UNWATERMARKED, HeroMethod, Method
 from verifier.evaluation.sampling import Sampling
@@ -121,8 +122,9 @@ class AttributionData:
 
 def _profile_tag(m: Method) -> str:
     """A spec-v2 profile's fingerprint, so texts made under one v2 default are never decoded under another
-    (K_1 or h of the default may change); '' for v1 and the baselines (their cache names stay)."""
+    (K_1 or h of the default may change), and the gated opening's threshold (texts made before the gate, or
+    under another threshold, are other texts); '' for v1 and the baselines (their cache names stay)."""
     if isinstance(m, HeroMethod) and m.profile.spec_version >= 2:
         blob = json.dumps(m.profile.to_dict(), sort_keys=True).encode()
-        return "_" + hashlib.sha256(blob).hexdigest()[:8]
+        return "_" + hashlib.sha256(blob).hexdigest()[:8] + f"_open{OPENING_NATS:g}"
     return ""

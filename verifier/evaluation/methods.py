@@ -172,7 +172,9 @@ class ModelAwareMethod:
         """`Decoder.decode_ids`, model-aware (the weights are the text's own; see engine/model_aware.py).
         `remember=False` runs the LM on every text (what a verifier pays: decode-cost measurements)."""
         probs = self.level_probabilities(ids, remember)
-        return self._weighted.decode_ids(ids, [self._weighting(p) for p in probs])
+        h = self.profile.context_width
+        return self._weighted.decode_ids(ids, [self._weighting.for_text(p, x, h) for p, x in zip(probs, ids,
+                                                                                                 strict=True)])
 
     def level_probabilities(self, ids: list[list[int]], remember: bool = True) -> list:
         """engine/model_aware.level_probabilities, remembered per text: the LM is causal, so a text that is a

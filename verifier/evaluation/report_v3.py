@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from scipy.stats import binom
 
+from gpu.opening import OPENING_NATS
 from verifier.engine.decoder import DEFAULT_ALPHA as ALPHA
+from verifier.engine.weighted_decode import DEFAULT_STATISTIC
 
 V3, V3_AWARE, V2, BIMARK = "HeRo-v3", "HeRo-v3 (model-aware)", "HeRo-v2", "BiMark(20)"
 SETTINGS = ("T1", "k50p0.9")
@@ -85,7 +87,9 @@ def section(results: dict) -> list[str]:
         "## Spec v3 (issue 32): the goals, measured\n",
         "HeRo-v3 = profile `v3` (public `model` 8 bits keyed per whole value, `user` 12 bits; spec section 15), "
         "decoded model-free (equal weights, the default) and model-aware (the LM re-run over the text alone weighs "
-        "each token; spec section 16) on the **same texts**. Every figure is a k/n rate with its Wilson 95% "
+        f"each token; spec section 16, statistic `{DEFAULT_STATISTIC}`) on the **same texts**. HeRo texts are made "
+        f"as the product makes them: with the gated opening (spec 12.1, {OPENING_NATS:g} nats). "
+        "Every figure is a k/n rate with its Wilson 95% "
         "interval; a goal counts as met on the point estimate, and the verdict says when the interval's lower "
         "bound does not confirm it. Settings, prompts, users and human texts as in the attribution section below. "
         "The public `model` at 200 texts per cell, and the one-value test (`expect`), are measured by their own "

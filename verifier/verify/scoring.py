@@ -7,7 +7,7 @@ device; the model comes from verifier.lm, loaded once per process and device.
 from __future__ import annotations
 
 from verifier.engine.model_aware import DeploymentSampling, ModelAwareScorer
-from verifier.engine.weighted_decode import DEFAULT_STATISTIC, Weighting
+from verifier.engine.weighted_decode import DEFAULT_EDIT_FLOORS, DEFAULT_STATISTIC, Weighting
 
 
 def _load(name: str, device: str):
@@ -23,7 +23,8 @@ def deployment_sampling(settings) -> DeploymentSampling:
 
 
 def model_aware_scorer(enabled: bool, device: str = "cpu", sampling: DeploymentSampling | None = None,
-                       statistic: str = DEFAULT_STATISTIC) -> ModelAwareScorer | None:
+                       statistic: str = DEFAULT_STATISTIC,
+                       edit_floors: tuple[float, ...] = DEFAULT_EDIT_FLOORS) -> ModelAwareScorer | None:
     """The scorer for HERO_MODEL_AWARE (`device` "auto": CUDA when present), None for model-free scoring."""
     if not enabled:
         return None
@@ -31,4 +32,5 @@ def model_aware_scorer(enabled: bool, device: str = "cpu", sampling: DeploymentS
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return ModelAwareScorer(_load, device, weighting=Weighting(statistic), sampling=sampling)
+    return ModelAwareScorer(_load, device, weighting=Weighting(statistic, edit_floors=tuple(edit_floors)),
+                            sampling=sampling)

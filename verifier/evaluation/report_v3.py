@@ -7,7 +7,7 @@ from scipy.stats import binom
 
 from gpu.opening import OPENING_NATS
 from verifier.engine.decoder import DEFAULT_ALPHA as ALPHA
-from verifier.engine.weighted_decode import DEFAULT_STATISTIC
+from verifier.engine.weighted_decode import DEFAULT_EDIT_FLOORS, DEFAULT_STATISTIC
 
 V3, V3_AWARE, V2, BIMARK = "HeRo-v3", "HeRo-v3 (model-aware)", "HeRo-v2", "BiMark(20)"
 SETTINGS = ("T1", "k50p0.9")
@@ -87,7 +87,8 @@ def section(results: dict) -> list[str]:
         "## Spec v3 (issue 32): the goals, measured\n",
         "HeRo-v3 = profile `v3` (public `model` 8 bits keyed per whole value, `user` 12 bits; spec section 15), "
         "decoded model-free (equal weights, the default) and model-aware (the LM re-run over the text alone weighs "
-        f"each token; spec section 16, statistic `{DEFAULT_STATISTIC}`) on the **same texts**. HeRo texts are made "
+        f"each token; spec section 16, statistic `{DEFAULT_STATISTIC}` with edit readings at floors "
+        f"{', '.join(f'{f:g}' for f in DEFAULT_EDIT_FLOORS)}, spec 16.6) on the **same texts**. HeRo texts are made "
         f"as the product makes them: with the gated opening (spec 12.1, {OPENING_NATS:g} nats). "
         "Every figure is a k/n rate with its Wilson 95% "
         "interval; a goal counts as met on the point estimate, and the verdict says when the interval's lower "

@@ -7,7 +7,7 @@ from scipy.stats import binom
 
 from gpu.opening import OPENING_NATS
 from verifier.engine.decoder import DEFAULT_ALPHA as ALPHA
-from verifier.engine.weighted_decode import DEFAULT_EDIT_FLOORS, DEFAULT_STATISTIC
+from verifier.engine.weighted_decode import DEFAULT_EDIT_FLOORS, DEFAULT_STATISTIC, UNION, UNION_PARTS
 
 V3, V3_AWARE, V2, BIMARK = "HeRo-v3", "HeRo-v3 (model-aware)", "HeRo-v2", "BiMark(20)"
 SETTINGS = ("T1", "k50p0.9")
@@ -206,6 +206,14 @@ def _calibration(att: dict) -> list[str]:
             for k in ("text", "user_level")
         ]
         L.append(f"| {m} | " + " | ".join(cols) + " |")
+    if DEFAULT_STATISTIC == UNION:
+        readings = len(UNION_PARTS) * (1 + len(DEFAULT_EDIT_FLOORS))
+        L.append(
+            f"\nModel-aware p-values are the `{UNION}`'s: the smallest tail over its {readings} readings times "
+            f"{readings} (spec 16.5-16.6), a union bound: valid (P[p <= t] <= t) and up to {readings} times "
+            "conservative, so a KS test against Uniform(0, 1) rejects them by design, not from a calibration "
+            "fault (`tests/test_weighted_stats.py` checks both bounds under the null; the model-free p-values "
+            "above are exact).")
     L.append("")
     return L if seen else []
 

@@ -105,6 +105,25 @@ def test_model_aware_setting_reads_the_environment(monkeypatch, tmp_path):
     assert Settings(home=tmp_path).model_aware is False
 
 
+def test_edit_floors_setting_reaches_the_scorer(monkeypatch, tmp_path):
+    """HERO_MODEL_AWARE_EDIT_FLOORS (a JSON list; [] = verbatim readings only) is the scorer's weighting."""
+    from verifier.engine.weighted_decode import DEFAULT_EDIT_FLOORS
+    from verifier.settings import Settings
+    from verifier.verify.scoring import model_aware_scorer
+
+    assert Settings(home=tmp_path).model_aware_edit_floors == DEFAULT_EDIT_FLOORS == (1e-4, 1e-5)
+    monkeypatch.setenv("HERO_MODEL_AWARE_EDIT_FLOORS", "[1e-3]")
+    floors = Settings(home=tmp_path).model_aware_edit_floors
+    assert model_aware_scorer(True, "cpu", None, "union", floors).weighting.edit_floors == (1e-3,)
+    monkeypatch.setenv("HERO_MODEL_AWARE_EDIT_FLOORS", "[]")
+    assert model_aware_scorer(True, "cpu", None, "union",
+                              Settings(home=tmp_path).model_aware_edit_floors).weighting.edit_floors == ()
+    for bad in ("[0]", "[1.5]", "0.1"):
+        monkeypatch.setenv("HERO_MODEL_AWARE_EDIT_FLOORS", bad)
+        with pytest.raises(ValueError):
+            Settings(home=tmp_path)
+
+
 def test_cli_decode_model_aware_flag(capsys, hero_home, fake_lm, monkeypatch):
     from verifier.cli import main
 

@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --model-aware: the providers' top-p (default HERO_MODEL_AWARE_TOP_P)")
     p.add_argument("--statistic", choices=("linear", "likelihood-ratio", "union"), default=None,
                    help="with --model-aware: the statistic summed (default HERO_MODEL_AWARE_STATISTIC, union: the "
-                   "best of equal, linear and likelihood-ratio weights per value, at a factor 3; linear and "
-                   "likelihood-ratio alone are each weaker somewhere)")
+                   "best of equal, linear and likelihood-ratio weights per value, each also read with the tokens "
+                   "the LM finds improbable (edits) dropped at every HERO_MODEL_AWARE_EDIT_FLOORS floor, at a "
+                   "factor of the readings; linear and likelihood-ratio alone are each weaker somewhere)")
     p.add_argument("--expect", action="append", default=[], metavar="FIELD=VALUE",
                    help="ask about one value (repeatable, e.g. --expect model=37): the result's `expected` gives "
                    "that value's one-value test (per-value levels, within --levels)")

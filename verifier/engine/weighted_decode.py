@@ -99,10 +99,11 @@ class Weighting:
         w = self(p)
         if self.statistic != UNION or not self.edit_floors:
             return w
+        plausibility = _window_plausibility(p, ids, context_width)
         readings = [w]
         for floor in self.edit_floors:
             masked = np.array(w, copy=True)
-            masked[:, edited_positions(p, ids, context_width, floor), :] = 0.0
+            masked[:, plausibility < floor, :] = 0.0
             readings.append(masked)
         return np.concatenate(readings, axis=0)
 
@@ -121,14 +122,19 @@ def edited_positions(p: np.ndarray, ids: Sequence[int], context_width: int, floo
     """[n] bool over a text's scored positions (reference.scored_positions order): True where the token at
     that position, or one of the `context_width` tokens before it, is a scored token whose re-run probability
     (the product of its row of `p`, [n, levels]) is below `floor` (an unscored token is taken as plausible)."""
+    return _window_plausibility(p, ids, context_width) < floor
+
+
+def _window_plausibility(p: np.ndarray, ids: Sequence[int], context_width: int) -> np.ndarray:
+    """[n]: per scored position t, the smallest re-run probability of the scored tokens at t - h .. t (one
+    pass per text, whatever the number of floors compared against it)."""
     pos = np.asarray(_positions(ids, context_width), dtype=np.int64)
     if not len(pos):
-        return np.zeros(0, dtype=bool)
-    token_p = np.prod(np.asarray(p, dtype=np.float64)[: len(pos)], axis=1)
-    bad = np.zeros(len(ids) + 1, dtype=np.int64)
-    bad[pos[token_p < floor] + 1] = 1
-    run = np.cumsum(bad)  # run[t + 1] - run[t - h]: implausible tokens among positions t - h .. t
-    return (run[pos + 1] - run[np.maximum(pos - context_width, 0)]) > 0
+        return np.ones(0)
+    token_p = np.ones(len(ids) + context_width)  # h leading 1s: windows that start before the text
+    token_p[pos + context_width] = np.prod(np.asarray(p, dtype=np.float64)[: len(pos)], axis=1)
+    windows = np.lib.stride_tricks.sliding_window_view(token_p, context_width + 1)  # row t: tokens t - h .. t
+    return windows[pos].min(axis=1)
 
 
 Parts = list[tuple[str, np.ndarray]]  # one level's (statistic, weights [n]) per part

@@ -203,6 +203,15 @@ def test_a_destroyed_version_does_not_hide_evidence_under_a_held_one():
     for lv in weak:
         assert lv.status == "detected" and lv.key_version == ks.tables[0].version and lv.reason != gone, lv
         assert lv.reason.startswith("value withheld") and lv.fields == {"level1": None}
+    # Plain text: p <= 1e-4 (`detected` under the held version) is the designed false-positive rate, calibrated
+    # (209 of 2,000,000 such 30-token texts under fresh keys): one of 20 in 2e-3 of runs (CI met it once), two in
+    # 2e-7. Such a text still releases no value.
+    flagged = 0
     for r in res[20:]:
         lv = r.levels[0]
-        assert (lv.status, lv.reason, lv.key_version) == ("undecodable", gone, None), lv
+        if lv.status == "undecodable":
+            assert (lv.reason, lv.key_version) == (gone, None), lv
+        else:
+            flagged += 1
+            assert lv.status == "detected" and lv.p_value <= 1e-4 and lv.fields == {"level1": None}, lv
+    assert flagged <= 1

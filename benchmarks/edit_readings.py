@@ -24,6 +24,7 @@ and on the edited 200-token texts, plus human BBC texts (any value released). Wi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import pickle
 import random
@@ -50,6 +51,10 @@ EDITS = (("verbatim", 0.0, None), ("rep10", 0.1, "REP"), ("rep20", 0.2, "REP"), 
          ("sub20", 0.2, "SUB"))
 
 
+def hash_ids(recs: list[dict]) -> str:
+    return hashlib.sha256(json.dumps([r["ids"] for r in recs]).encode()).hexdigest()[:12]
+
+
 def cell(k: int, n: int) -> dict:
     lo, hi = wilson(k, n)
     return {"k": k, "n": n, "rate": round(k / n, 4), "ci95": [round(lo, 4), round(hi, 4)]}
@@ -72,11 +77,15 @@ class Bench:
         """The LM pass of each text (kept under --probs-cache: every variant decodes the same passes)."""
         f = self.cache / f"probs_{key}.pkl" if self.cache else None
         if f is not None and f.exists():
-            return pickle.loads(f.read_bytes())
+            kept = pickle.loads(f.read_bytes())
+            if isinstance(kept, dict) and kept["ids"] == ids:  # the passes of exactly these texts
+                return kept["probs"]
+            if isinstance(kept, list) and [len(p) for p in kept] == [len(scored_positions(x, self.h)) for x in ids]:
+                return kept  # session 19's files (no ids kept): the same texts re-made from the same seeds
         out = level_probabilities(self.model, self.profile, ids, batch_size=self.batch)
         if f is not None:
             f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_bytes(pickle.dumps(out))
+            f.write_bytes(pickle.dumps({"ids": ids, "probs": out}))
         return out
 
     def weights(self, variant: str, p: np.ndarray, ids: list[int]) -> np.ndarray:
@@ -110,9 +119,16 @@ class Bench:
             return [r["ids"] for r in recs]
         if kind == "REP":  # the evaluation's attack, its seeds (attribution_eval.MethodEval._replaced)
             return [attacks.replace(r["ids"], frac, VOCAB, random.Random(f"0/REP/{frac}/{r['i']}")) for r in recs]
+        f = self.cache / f"sub_{frac}_{len(recs)}_{recs[0]['i']}_{hash_ids(recs)}.json" if self.cache else None
+        if f is not None and f.exists():
+            return json.loads(f.read_text())
         originals = [r["ids"] for r in recs]
-        return [attacks.lm_substitute(x, frac, random.Random(f"0/SUB/{frac}/{r['i']}"), p)
-                for r, x, p in zip(recs, originals, self.next_token_probs(originals), strict=True)]
+        out = [attacks.lm_substitute(x, frac, random.Random(f"0/SUB/{frac}/{r['i']}"), p)
+               for r, x, p in zip(recs, originals, self.next_token_probs(originals), strict=True)]
+        if f is not None:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(out))
+        return out
 
     def user(self, r) -> int | None:
         lv = r.levels[self.level - 1]

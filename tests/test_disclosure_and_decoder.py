@@ -215,3 +215,33 @@ def test_a_destroyed_version_does_not_hide_evidence_under_a_held_one():
             flagged += 1
             assert lv.status == "detected" and lv.p_value <= 1e-4 and lv.fields == {"level1": None}, lv
     assert flagged <= 1
+
+
+def test_no_value_on_a_text_not_called_watermarked():
+    """A deeper level whose own p-value passes alpha while the text's does not (level 1 without evidence, as on
+    a human text at 50 tokens: level 2 p = 3.5e-5, the text's 3.2e-4) is `detected`, its value withheld:
+    no result names a user on a text it calls unmarked. The same level on a longer text is released."""
+    prof = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), spec_version=2)  # level 2 per value, as v3
+    held, other = make_keyset(prof, 1), make_keyset(prof, 9)
+    t1 = held.tables[0]
+    # level-1 entries the service does not hold (its position key kept): only level 2 carries evidence
+    deep = KeySet((type(t1)(1, t1.version, other.tables[0].entries, t1.position), held.tables[1]))
+    rng = np.random.default_rng(4)
+    pays = [{"level1": int(rng.integers(4096)), "level2": int(rng.integers(4096))} for _ in range(440)]
+    ids = generate(prof, deep, pays, 100, seed=8).tolist()
+    texts = [x[: 12 + i % 30] for i, x in enumerate(ids[:400])] + ids[400:]
+    res = Decoder(prof, {1: [held.tables[0]], 2: [held.tables[1]]}).decode_ids(texts)
+    withheld = 0
+    for r in res:
+        if not r.watermarked:
+            assert all(v is None for lv in r.levels for v in lv.fields.values()), r
+            assert all(lv.confidence == 0.0 and lv.candidates is None for lv in r.levels)
+            lv2 = r.levels[1]
+            if lv2.status == "detected":
+                assert lv2.p_value <= 1e-4 < r.p_value and lv2.reason.startswith("value withheld")
+                withheld += "not called watermarked" in lv2.reason
+                assert set(lv2.bit_confidence) == {None}
+    assert withheld >= 1  # 11-20 of these 400 short texts in 8 runs (Poisson: none in about 1e-7 of runs)
+    long = res[400:]
+    assert sum(r.levels[1].status == "decoded" and r.levels[1].fields == {"level2": p["level2"]}
+               for r, p in zip(long, pays[400:], strict=True)) >= 30  # 40 of 40 in 8 runs

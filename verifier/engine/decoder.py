@@ -45,7 +45,7 @@ class LevelResult:
     segment_tokens: list[int]
     undecoded_segments: list[int]
     versions_tried: int
-    status: str = "decoded"  # decoded | absent | mixed | undecodable
+    status: str = "decoded"  # decoded | detected (significant, value withheld) | absent | mixed | undecodable
     reason: str | None = None
     candidates: list[dict] | None = None  # mixed: [{"fields", "p_value", "tokens"}], best first
     spans: list[dict] | None = None  # mixed: [{"start", "end", "fields"}] token positions, end exclusive
@@ -114,11 +114,28 @@ def token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 def text_verdict(levels: list[LevelResult], n_scored: int, alpha: float) -> tuple[bool, float]:
     """(watermarked, log p) of a whole text from its level results, for every scoring: the text p-value is
     `stats.log_text_p` of the levels', and level 1's own verdict stands for every role (spec 15.4), so an
-    auditor never sees less than a moderator."""
+    auditor never sees less than a moderator. A text not called watermarked releases no value: a deeper
+    level's value is withheld there (`detected`), so no result names a user on a text it calls unmarked
+    (spec 15.4; docs/evaluation/spec-v3.md, session 20)."""
     level_log_ps = [lv.log10_p_value * math.log(10.0) for lv in levels]
     log_p = stats.log_text_p(level_log_ps)
     detected = stats.to_p(log_p) <= alpha or stats.to_p(level_log_ps[0]) <= alpha
-    return n_scored > 0 and detected, log_p
+    watermarked = n_scored > 0 and detected
+    if not watermarked:
+        for lv in levels[1:]:
+            if lv.status in ("decoded", "mixed"):
+                _withhold(lv, f"value withheld: this level's evidence is significant (p = {lv.p_value:.3g}) but "
+                              f"the text's is not (p = {stats.to_p(log_p):.3g}): no value on a text not called "
+                              "watermarked")
+    return watermarked, log_p
+
+
+def _withhold(lv: LevelResult, reason: str) -> None:
+    """`lv` becomes `detected` (significant, no value): nothing of a value stays in it."""
+    lv.status, lv.reason, lv.confidence = "detected", reason, 0.0
+    lv.fields = dict.fromkeys(lv.fields) if lv.fields is not None else None
+    lv.bit_confidence = [None] * len(lv.bit_confidence)
+    lv.candidates = lv.spans = None
 
 
 class Decoder:

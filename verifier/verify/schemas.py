@@ -81,7 +81,8 @@ class LevelOut(BaseModel):
     )
     status: str = Field(
         description="decoded (one value supported) | detected (this level's own evidence is significant but no "
-        "single value meets the release rule: value withheld, fields null, see `reason`) | absent (no evidence "
+        "single value meets the release rule, or the text is not called watermarked: value withheld, fields null, "
+        "see `reason`) | absent (no evidence "
         "for this level: fields null) | mixed "
         "(two or more values each significant: see `candidates`; fields null) | undecodable (keys gone or "
         "nothing scored: see `reason`)"

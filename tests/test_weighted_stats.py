@@ -355,7 +355,9 @@ def test_weighted_splices_name_both_or_one_never_a_third(keys, decoder, share, s
         assert named <= {pa["level2"], pb["level2"]}
         assert _named(r.levels[0]) <= {77}
         both += named == {pa["level2"], pb["level2"]}
-    assert both >= (0.6 if share == 0.5 else 0.2) * n
+    # 50/50: 40 of 40 in 30 runs; 80/20 (B holds 32 tokens): 5-18 of 40 in 30 runs (fresh keys, hash-seeded
+    # weights), so the minority source is required only sometimes (8 failed 3 runs in 30)
+    assert both >= (0.6 if share == 0.5 else 0.05) * n
 
 
 @pytest.mark.parametrize("statistic", STATISTICS)

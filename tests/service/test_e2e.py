@@ -98,13 +98,14 @@ def test_end_to_end(e2e, smollm2):
         assert matched_version(res, 1) in (f"l1-{v}", None) and matched_version(res, 2) in (f"l2-{v}", None)
         users.append((res["levels"][1]["fields"]["user"], pay["user"]))
     # A released user is exact or absent (status `absent`, value null), never another user's. Whether a
-    # ~96-token text carries enough evidence is probabilistic (about 0.9 per text for these prompts; the
-    # evaluation measures it), so only a majority of exact values is required. An old text decodes to the same
+    # ~96-token text carries enough evidence is probabilistic (35 of 40 texts exact in 10 runs; the evaluation
+    # measures it; CI saw 1 of 4 once, about 7e-3 of runs at 0.875 per text), so one exact value is required
+    # (none of 4: 2.4e-4 of runs). An old text decodes to the same
     # user after the rotation, or to none: with two versions held its level-2 p-value carries a Bonferroni
     # factor of 2, which can take a borderline text below significance (CI saw 3001 -> absent once); a value
     # never changes into another.
     assert all(got in (None, want) for got, want in users), users
-    assert sum(got == want for got, want in users) >= 2, users
+    assert sum(got == want for got, want in users) >= 1, users
     assert all(before is None or after in (before, None)
                for before, (after, _) in zip(first, users[:2], strict=True)), (first, users)
 

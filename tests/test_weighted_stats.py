@@ -303,8 +303,12 @@ def test_generator_weights_name_more_users_on_short_texts(keys, decoder, statist
     aware = WeightedDecoder(decoder, statistic=statistic).decode_ids(batch, weights)
     exact = {k: sum(r.levels[1].fields == {"level2": q["level2"]} for r, q in zip(rs, pays, strict=True))
              for k, rs in (("free", free), ("aware", aware))}
-    for r, q in zip(aware, pays, strict=True):
-        assert _named(r.levels[1]) <= {q["level2"]} and _named(r.levels[0]) <= {q["level1"]}
+    # A wrong value is what the release rule bounds (about 2 alpha per text and level: 0.08 expected over these
+    # 200 texts x 2 levels at the bound; CI met one, level 2, likelihood-ratio); two in 3e-3 of runs at the bound
+    # (the rate itself: test_weighted_release_names_a_wrong_value_at_most_at_its_bound).
+    wrong = sum(not (_named(r.levels[1]) <= {q["level2"]} and _named(r.levels[0]) <= {q["level1"]})
+                for r, q in zip(aware, pays, strict=True))
+    assert wrong <= 1, wrong
     assert exact["aware"] + 3 >= exact["free"], exact
     gap = np.median([a.levels[1].log10_p_value - b.levels[1].log10_p_value for a, b in zip(free, aware, strict=True)])
     assert gap > 0.25, gap  # the weighted p-value of the same text is smaller

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from verifier.engine.model_aware import level_probabilities
+from verifier.engine.model_aware import level_probabilities, text_logits
 from verifier.engine.reference import scored_positions
 from verifier.engine.weighted_decode import UNION, WeightedDecoder, Weighting, edited_positions
 from verifier.evaluation import attacks
@@ -78,10 +78,8 @@ class Bench:
         f = self.cache / f"probs_{key}.pkl" if self.cache else None
         if f is not None and f.exists():
             kept = pickle.loads(f.read_bytes())
-            if isinstance(kept, dict) and kept["ids"] == ids:  # the passes of exactly these texts
+            if kept["ids"] == ids:  # the passes of exactly these texts
                 return kept["probs"]
-            if isinstance(kept, list) and [len(p) for p in kept] == [len(scored_positions(x, self.h)) for x in ids]:
-                return kept  # session 19's files (no ids kept): the same texts re-made from the same seeds
         out = level_probabilities(self.model, self.profile, ids, batch_size=self.batch)
         if f is not None:
             f.parent.mkdir(parents=True, exist_ok=True)
@@ -102,17 +100,9 @@ class Bench:
 
     def next_token_probs(self, ids: list[list[int]]):
         """Per text, [len, V] float32 P(x_t | x_<t) (row 0 unused): what `attacks.lm_substitute` draws from."""
-        for lo in range(0, len(ids), self.batch):
-            rows = ids[lo : lo + self.batch]
-            width = max(len(r) for r in rows)
-            x = torch.zeros(len(rows), width, dtype=torch.int64)
-            mask = torch.zeros_like(x)
-            for i, r in enumerate(rows):
-                x[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
-            with torch.no_grad():
-                probs = torch.softmax(self.model(input_ids=x, attention_mask=mask).logits.float(), -1)
-            for i, r in enumerate(rows):
-                yield torch.cat([probs[i, :1], probs[i, : len(r) - 1]]).numpy()
+        for r, logits in text_logits(self.model, ids, batch_size=self.batch):
+            probs = torch.softmax(logits.float(), -1)
+            yield torch.cat([probs[:1], probs[: len(r) - 1]]).numpy()
 
     def attacked(self, recs: list[dict], frac: float, kind: str | None) -> list[list[int]]:
         if kind is None:

@@ -31,8 +31,8 @@ TAILS = (1e-3, 1e-2, 0.05, 0.1, 0.2, 0.5)
 
 def summary(results, seconds: float) -> dict:
     n = len(results)
-    released = [i for i, r in enumerate(results) if any(lv.status in ("decoded", "mixed") and any(
-        v is not None for v in lv.fields.values()) for lv in r.levels)]
+    released = [i for i, r in enumerate(results) if any(
+        any(v is not None for v in (lv.fields or {}).values()) or lv.candidates for lv in r.levels)]
     p = [r.p_value for r in results]
     lo, hi = wilson(len(released), n)
     out = {"n": n, "released": len(released), "released_ci95": [round(lo, 5), round(hi, 5)],

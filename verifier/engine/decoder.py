@@ -130,12 +130,18 @@ def text_verdict(levels: list[LevelResult], n_scored: int, alpha: float) -> tupl
     return watermarked, log_p
 
 
+def _drop_value(lv: LevelResult) -> None:
+    """No value stays in `lv`: fields null, no candidates, spans or confidence."""
+    lv.fields = dict.fromkeys(lv.fields) if lv.fields is not None else None
+    lv.candidates = lv.spans = None
+    lv.confidence = 0.0
+
+
 def _withhold(lv: LevelResult, reason: str) -> None:
     """`lv` becomes `detected` (significant, no value): nothing of a value stays in it."""
-    lv.status, lv.reason, lv.confidence = "detected", reason, 0.0
-    lv.fields = dict.fromkeys(lv.fields) if lv.fields is not None else None
+    _drop_value(lv)
+    lv.status, lv.reason = "detected", reason
     lv.bit_confidence = [None] * len(lv.bit_confidence)
-    lv.candidates = lv.spans = None
 
 
 class Decoder:
@@ -280,9 +286,8 @@ class Decoder:
                 # Deeper levels hang on level 1's position key: without the version that made the text,
                 # their values are meaningless (their evidence stays in p_value).
                 for lv in levels[1:]:
-                    lv.status, lv.fields, lv.key_version = "undecodable", dict.fromkeys(lv.fields), None
-                    lv.candidates = lv.spans = None
-                    lv.confidence = 0.0
+                    _drop_value(lv)
+                    lv.status, lv.key_version = "undecodable", None
                     lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
             n_scored = sum(seg)
             watermarked, log_p = text_verdict(levels, n_scored, self.alpha)

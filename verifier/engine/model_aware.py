@@ -117,6 +117,15 @@ def scored_logits(model, batch: Sequence[Sequence[int]], context_width: int, *,
     """Per text (in order): (scored positions, [n_scored, V] float64 logits of P(x_t | x_<t), the text alone).
 
     One forward pass per `batch_size` texts on the model's device, no prompt, right-padded."""
+    for r, logits in text_logits(model, batch, batch_size=batch_size):
+        pos = reference.scored_positions(r, context_width)
+        t = torch.tensor(pos, dtype=torch.int64, device=logits.device)
+        yield pos, logits[t - 1].double()
+
+
+def text_logits(model, batch: Sequence[Sequence[int]], *, batch_size: int = DEFAULT_BATCH):
+    """Per text (in order): (its ids, [len, V] logits of P(x_{t+1} | x_<=t)), the text alone: one forward pass
+    per `batch_size` texts on the model's device, right-padded."""
     device = next(model.parameters()).device
     for lo in range(0, len(batch), batch_size):
         rows = [list(x) for x in batch[lo : lo + batch_size]]
@@ -129,9 +138,7 @@ def scored_logits(model, batch: Sequence[Sequence[int]], context_width: int, *,
         with torch.no_grad():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         for i, r in enumerate(rows):
-            pos = reference.scored_positions(r, context_width)
-            t = torch.tensor(pos, dtype=torch.int64, device=device)
-            yield pos, logits[i, t - 1].double()
+            yield r, logits[i, : len(r)]
 
 
 @lru_cache(maxsize=8)

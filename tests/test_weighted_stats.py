@@ -179,14 +179,15 @@ def _payloads(rng, n, model=None):
 
 
 def _text_weights(batch, seed=0, statistic=LINEAR):
-    """A function of the text only (as model-aware weights are): per scored token, from a hash of its ids;
-    about 1 token in 20 is "implausible" (below the edit floor), so it and its h successors weigh 0."""
+    """A function of the text only (as model-aware weights are): per scored token, from a hash of its ids
+    (integer tuples only, so the weights do not move with PYTHONHASHSEED); about 1 token in 20 is
+    "implausible" (below the edit floor), so it and its h successors weigh 0."""
     out = []
     for ids in batch:
         pos = reference.scored_positions(ids, PROFILE.context_width)
         p = np.array([[(hash((seed, ids[t - 1], ids[t], lv)) % 1000 + 1) / 1000.0 for lv in (1, 2)] for t in pos])
         p = p.reshape(-1, 2)
-        p[np.array([hash((seed, ids[t], "edit")) % 20 == 0 for t in pos], dtype=bool)] = 1e-3
+        p[np.array([hash((seed, ids[t], -1)) % 20 == 0 for t in pos], dtype=bool)] = 1e-3
         out.append(Weighting(statistic).for_text(p, ids, PROFILE.context_width))
     return out
 

@@ -284,6 +284,34 @@ def test_equal_weights_reproduce_model_free_decoding(profile):
             assert la.confidence == pytest.approx(lb.confidence, abs=1e-6)
 
 
+def test_a_union_of_one_part_is_that_statistic_and_parts_are_checked(keys, decoder):
+    """`union_parts` (what benchmarks/statistic_alternatives.py compares): a union of one likelihood-ratio
+    part is the likelihood-ratio statistic itself (factor 1, same tails, same releases); a two-part union
+    pays its factor 2 and never reports a smaller level p-value than its best part; unknown parts are refused."""
+    rng = random.Random(8)
+    batch = generate(PROFILE, keys, _payloads(rng, 16), 40, seed=23).tolist()
+    lr = _text_weights(batch, statistic=LIKELIHOOD_RATIO)
+    lin = _text_weights(batch, statistic=LINEAR)
+    single = WeightedDecoder(decoder, statistic=LIKELIHOOD_RATIO).decode_ids(batch, lr)
+    one = WeightedDecoder(decoder, statistic=UNION, union_parts=(LIKELIHOOD_RATIO,)).decode_ids(
+        batch, [w[None] for w in lr])
+    two = WeightedDecoder(decoder, statistic=UNION, union_parts=(LINEAR, LIKELIHOOD_RATIO)).decode_ids(
+        batch, [np.stack([a, b]) for a, b in zip(lin, lr, strict=True)])
+    alone = WeightedDecoder(decoder, statistic=LINEAR).decode_ids(batch, lin)
+    assert sum(r.levels[1].status == "decoded" for r in single) >= 8
+    for a, b, c, d in zip(single, one, two, alone, strict=True):
+        for la, lb in zip(a.levels, b.levels, strict=True):
+            assert (la.status, la.fields) == (lb.status, lb.fields)
+            assert la.log10_p_value == pytest.approx(lb.log10_p_value, rel=1e-9, abs=1e-9)
+        for lc, la, ld in zip(c.levels, a.levels, d.levels, strict=True):
+            assert lc.log10_p_value >= min(la.log10_p_value, ld.log10_p_value) - 1e-9
+    with pytest.raises(ValueError, match="union parts"):
+        WeightedDecoder(decoder, statistic=UNION, union_parts=("equal",))
+    with pytest.raises(ValueError, match="2 parts"):  # weights not a multiple of the parts
+        WeightedDecoder(decoder, statistic=UNION, union_parts=(LINEAR, LIKELIHOOD_RATIO)).decode_ids(
+            batch[:1], [np.stack([lr[0]] * 3)])
+
+
 @pytest.mark.parametrize("statistic", STATISTICS)
 def test_generator_weights_name_more_users_on_short_texts(keys, decoder, statistic):
     """With the generator's own probabilities (the upper bound of model-aware scoring) the weighted statistic

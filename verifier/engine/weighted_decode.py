@@ -140,11 +140,11 @@ def _window_plausibility(p: np.ndarray, ids: Sequence[int], context_width: int) 
 Parts = list[tuple[str, np.ndarray]]  # one level's (statistic, weights [n]) per part
 
 
-def _level_parts(statistic: str, w: np.ndarray, col: int) -> Parts:
+def _level_parts(statistic: str, w: np.ndarray, col: int, union_parts: tuple[str, ...] = UNION_PARTS) -> Parts:
     """One level's parts from a text's weights ([n, levels], or [parts, n, levels] for UNION)."""
     if statistic == UNION:
-        k = len(UNION_PARTS)  # readings repeat UNION_PARTS (all tokens, then once per edit floor)
-        return [(UNION_PARTS[j % k], np.asarray(w[j, :, col], dtype=np.float64)) for j in range(w.shape[0])]
+        k = len(union_parts)  # readings repeat the parts (all tokens, then once per edit floor)
+        return [(union_parts[j % k], np.asarray(w[j, :, col], dtype=np.float64)) for j in range(w.shape[0])]
     return [(statistic, np.asarray(w[:, col], dtype=np.float64))]
 
 
@@ -175,16 +175,21 @@ class WeightedDecoder:
     """Weighted decoding for the levels and versions a `Decoder` holds (its keys, alpha, unavailable).
 
     `statistic` must be the one the weights were made for (`Weighting.statistic`): LINEAR by default, where
-    equal weights are model-free decoding exactly."""
+    equal weights are model-free decoding exactly. `union_parts` (UNION only): the statistic of each reading in
+    a group, UNION_PARTS unless a benchmark compares subsets (benchmarks/statistic_alternatives.py)."""
 
-    def __init__(self, decoder: Decoder, scoring: str = MODEL_AWARE, statistic: str = LINEAR) -> None:
+    def __init__(self, decoder: Decoder, scoring: str = MODEL_AWARE, statistic: str = LINEAR,
+                 union_parts: tuple[str, ...] = UNION_PARTS) -> None:
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {SCORINGS}")
         if statistic not in STATISTICS:
             raise ValueError(f"statistic must be one of {STATISTICS}")
+        if not union_parts or not set(union_parts) <= {LINEAR, LIKELIHOOD_RATIO}:
+            raise ValueError(f"union parts must be a non-empty sequence of {LINEAR!r} / {LIKELIHOOD_RATIO!r}")
         self.decoder = decoder
         self.scoring = scoring
         self.statistic = statistic
+        self.union_parts = tuple(union_parts)
 
     # -- per-token evidence ---------------------------------------------------------------------
     def _evidence(self, ids, lengths, n_tok: np.ndarray, pos_version: str,
@@ -217,11 +222,11 @@ class WeightedDecoder:
         union = self.statistic == UNION
         for i, w in enumerate(weights):
             shape = w.shape[1:] if union else w.shape
-            if (union and (w.ndim != 3 or w.shape[0] % len(UNION_PARTS))) or shape[0] != n_tok[i] or (
+            if (union and (w.ndim != 3 or w.shape[0] % len(self.union_parts))) or shape[0] != n_tok[i] or (
                     n_tok[i] and shape[1] < len(d.tables)):
                 raise ValueError(f"text {i}: weights {w.shape} for {n_tok[i]} scored tokens, {len(d.tables)} levels"
-                                 + (f", a multiple of {len(UNION_PARTS)} parts" if union else ""))
-        w1 = [_level_parts(self.statistic, w, 0) for w in weights]
+                                 + (f", a multiple of {len(self.union_parts)} parts" if union else ""))
+        w1 = [_level_parts(self.statistic, w, 0, self.union_parts) for w in weights]
         ev1 = {t.version: self._evidence(ids, lengths, n_tok, t.version, [(1, t)]) for t in d.tables[1]}
         level1 = [self._choose(1, [(t, ev1[t.version][i][0]) for t in d.tables[1]], w1[i])
                   for i in range(len(batch))]
@@ -239,7 +244,8 @@ class WeightedDecoder:
                     for t in d.tables[lv]:
                         per_version.append((t, evs[g][j]))
                         j += 1
-                    deep[k][i] = self._choose(lv, per_version, _level_parts(self.statistic, weights[i], lv - 1))
+                    parts = _level_parts(self.statistic, weights[i], lv - 1, self.union_parts)
+                    deep[k][i] = self._choose(lv, per_version, parts)
         results = []
         for i, (t1, att1) in enumerate(level1):
             seg = np.bincount(ev1[t1.version][i][0].cell, minlength=d.profile.segments).tolist()

@@ -35,7 +35,7 @@ from edit_readings import Bench, cell, texts
 from verifier.engine.decoder import Decoder, DecodeResult
 from verifier.engine.reference import scored_positions
 from verifier.engine.weighted_decode import LIKELIHOOD_RATIO, LINEAR, UNION, UNION_PARTS, WeightedDecoder
-from verifier.evaluation.attribution import model_value, user_value
+from verifier.evaluation.attribution import model_truth, user_value
 from verifier.evaluation.corpus import bbc_prompts_and_humans
 from verifier.evaluation.splices import build_splices, classify
 
@@ -99,7 +99,7 @@ def model_free(b: Bench, setting: str, n_texts: int) -> dict:
     users = [user_value(0, r["i"]) for r in recs]
     aud = b.method._decoder
     mod = Decoder(aud.profile, {1: aud.tables[1]}, alpha=aud.alpha)  # a moderator: level-1 keys only
-    model = model_value(0)
+    model = model_truth(b.method, 0)
     out = {}
     verbatim = b.seen(b.attacked(recs, 0.0, None))
     for name, frac, length in (("v25", 0, 25), ("v50", 0, 50), ("v100", 0, 100), ("v200", 0, 200),

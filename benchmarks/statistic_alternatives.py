@@ -50,6 +50,7 @@ AWARE = {
     "three parts, no floors (3)": ((0, 1, 2), (0,)),
 }
 FLOORS = "1e-4,1e-5"  # the default edit floors: the 9 readings every subset is cut from
+CHUNK = 200  # texts per decode call
 
 
 def free_decode(decoder: Decoder, name: str, ids: list[list[int]], h: int) -> list[DecodeResult]:
@@ -153,8 +154,9 @@ def humans(b: Bench, n_free: int, n_aware: int) -> dict:
     out = {}
     for length in (50, 200):
         ids, _ = cut(raw[:n_free], None, length, b.h)
-        for v in FREE:
-            rs = free_decode(b.method._decoder, v, ids, b.h)
+        for v in FREE:  # in chunks: one batch of 2,000 texts holds every candidate's evidence (over 10 GB)
+            rs = [r for lo in range(0, len(ids), CHUNK)
+                  for r in free_decode(b.method._decoder, v, ids[lo : lo + CHUNK], b.h)]
             ps = np.array([r.p_value for r in rs])
             out[f"model-free {length} {v}"] = {
                 "released": cell(sum(any(lv.status in ("decoded", "mixed") for lv in r.levels) for r in rs), len(rs)),
@@ -175,7 +177,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--texts", type=int, default=200)
     ap.add_argument("--settings", nargs="+", default=["k50p0.9", "T1"], choices=["k50p0.9", "T1"])
-    ap.add_argument("--parts", nargs="+", default=["model-free", "model-aware"], choices=["model-free", "model-aware"])
+    ap.add_argument("--parts", nargs="+", default=["model-free", "model-aware", "humans"],
+                    choices=["model-free", "model-aware", "humans"])
     ap.add_argument("--humans", type=int, default=2000, help="model-free human texts (model-aware: --texts)")
     ap.add_argument("--probs-cache", type=Path, default=None, help="keep the LM passes here (re-runs decode only)")
     ap.add_argument("--threads", type=int, default=2)
@@ -185,14 +188,20 @@ def main() -> None:
     b = Bench(args.probs_cache, 16)
     out: dict = {"texts": args.texts, "model_aware_variants": {k: {"parts": [UNION_PARTS[q] for q in v[0]],
                  "readings": [["all tokens", "floor 1e-4", "floor 1e-5"][g] for g in v[1]]} for k, v in AWARE.items()}}
+    def save() -> None:  # after every part: a run stopped late keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
+
     for setting in args.settings:
         if "model-free" in args.parts:
             out.setdefault("model-free", {})[setting] = model_free(b, setting, args.texts)
+            save()
         if "model-aware" in args.parts:
             out.setdefault("model-aware", {})[setting] = model_aware(b, setting, args.texts)
-    out["humans"] = humans(b, args.humans, args.texts if "model-aware" in args.parts else 0)
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+            save()
+    if "humans" in args.parts:
+        out["humans"] = humans(b, args.humans, args.texts)
+        save()
 
 
 if __name__ == "__main__":

@@ -125,6 +125,12 @@ class Bench:
         return lv.fields.get("user") if lv.status == "decoded" else None
 
 
+def named_users(level) -> set[int]:
+    """Every `user` a level result puts a name to: its decoded value and its `mixed` candidates."""
+    out = {level.fields["user"]} if level.status == "decoded" else set()
+    return out | {c["fields"]["user"] for c in level.candidates or []}
+
+
 def texts(setting: str, n: int) -> list[dict]:
     paths = sorted((cache_root() / "seed0").glob(f"HeRo-v3_*_200t_user12_*{SETTINGS[setting]}.jsonl"))
     paths = [p for p in paths if setting != "T1" or not p.stem.endswith("k50p0.9")]

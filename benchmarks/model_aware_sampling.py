@@ -41,6 +41,7 @@ import torch
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from edit_readings import named_users
 from public_level_v3 import CACHE, _masters, _retokenized
 
 from verifier.engine.decoder import Decoder
@@ -235,11 +236,6 @@ def main() -> None:
         Path(a.json).write_text(json.dumps(report, indent=1) + "\n")
 
 
-def _named(level) -> set[int]:
-    out = {level.fields["user"]} if level.status == "decoded" else set()
-    return out | {c["fields"]["user"] for c in level.candidates or []}
-
-
 def _attacks(a, model, profile, decoder, texts, payloads) -> list[dict]:
     """Exact `user` on 200-token texts with 10 % / 20 % replaced tokens; 50/50 splices: both / one / none / third."""
     import random
@@ -262,10 +258,10 @@ def _attacks(a, model, profile, decoder, texts, payloads) -> list[dict]:
             if attack.startswith("REP"):
                 exact = sum(r.levels[1].status == "decoded" and r.levels[1].fields["user"] == u
                             for r, u in zip(res, truth, strict=True))
-                wrong = sum(bool(_named(r.levels[1]) - {u}) for r, u in zip(res, truth, strict=True))
+                wrong = sum(bool(named_users(r.levels[1]) - {u}) for r, u in zip(res, truth, strict=True))
                 row.update(user=_cell(exact, len(res)), wrong=wrong)
             else:
-                kinds = [classify(_named(r.levels[1]), pair, r.levels[1].status) for r, pair in zip(res, truth,
+                kinds = [classify(named_users(r.levels[1]), pair, r.levels[1].status) for r, pair in zip(res, truth,
                                                                                                    strict=True)]
                 row.update({k: _cell(kinds.count(k), len(kinds)) for k in ("both", "one", "none")},
                            third=kinds.count("third"))

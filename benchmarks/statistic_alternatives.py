@@ -30,7 +30,7 @@ import torch
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edit_readings import Bench, cell, texts
+from edit_readings import Bench, cell, named_users, texts
 
 from verifier.engine.decoder import Decoder, DecodeResult
 from verifier.engine.reference import scored_positions
@@ -71,14 +71,6 @@ def aware_decode(b: Bench, name: str, ids: list[list[int]], probs: list[np.ndarr
     weights = [b.weights(FLOORS, p, x)[rows] for p, x in zip(probs, ids, strict=True)]
     return WeightedDecoder(b.method._decoder, statistic=UNION,
                            union_parts=tuple(UNION_PARTS[q] for q in parts)).decode_ids(ids, weights)
-
-
-def named(level) -> set[int]:
-    if level.status == "decoded":
-        return {level.fields["user"]}
-    if level.status == "mixed":
-        return {c["fields"]["user"] for c in level.candidates or []}
-    return set()
 
 
 def cut(ids: list[list[int]], probs: list[np.ndarray] | None, n: int, h: int):
@@ -136,7 +128,7 @@ def model_aware(b: Bench, setting: str, n_texts: int) -> dict:
         for v in AWARE:
             rs = aware_decode(b, v, ids, probs)
             if kind == "SPLICE":
-                counts = [classify(named(r.levels[b.level - 1]), s.users, r.levels[b.level - 1].status)
+                counts = [classify(named_users(r.levels[b.level - 1]), s.users, r.levels[b.level - 1].status)
                           for r, s in zip(rs, sp, strict=True)]
                 res = {k: cell(counts.count(k), len(rs)) for k in ("both", "one", "none", "third")}
                 line = f"both {res['both']['k']} one {res['one']['k']} third {res['third']['k']}"

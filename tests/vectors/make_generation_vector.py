@@ -8,16 +8,14 @@ vLLM names the plugin imports) and without a downloaded model (a one-layer Llama
 Paths: `engine` (HeroLogitsProcessor: `hero generate`, SDK `logits_processor`), `bundle_sampler`
 (`BundleSampler.step`), `hf_config` (`HeroWatermarkingConfig`'s processor), `vllm_v1` (the plugin's legacy
 runner: a plain row, a warped row, a resumed request and a swap), `generate` (`generate_watermarked` through
-`model.generate`).
+`model.generate`), `generate_hf` (`model.generate(watermarking_config=HeroWatermarkingConfig(...))`).
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import os
 import sys
-import tempfile
 import types
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,20 +36,13 @@ def fixed_keyset(profile):
                         for lv in range(1, profile.depth + 1)))
 
 
-def opened_bundle(profile, keyset, path: Path | None = None):
-    """An opened bundle for `keyset` (and, with `path`, the sealed bytes and key written for the vLLM plugin)."""
-    from verifier.provider.bundle import generate_keypair, open_bundle, seal_bundle_v2
+def opened_bundle(profile, keyset):
+    """An opened bundle for `keyset` (built directly: the sealed formats are not what this records)."""
+    from verifier.provider.bundle import GenerationBundle
 
-    sk, pk = generate_keypair()
     now = datetime.now(UTC).replace(microsecond=0)
-    header = {"bundle_id": "g" * 32, "provider_id": "acme", "profile": profile.to_dict(),
-              "key_versions": {str(t.level): t.version for t in keyset.tables}, "issued_at": now.isoformat(),
-              "expires_at": (now + timedelta(hours=1)).isoformat(), "etag": "t"}
-    sealed = seal_bundle_v2(header, keyset, pk)
-    if path is not None:
-        (path / "bundle").write_bytes(sealed)
-        (path / "key").write_bytes(sk)
-    return open_bundle(sealed, sk)
+    return GenerationBundle(profile, keyset, {t.level: t.version for t in keyset.tables}, "g" * 32, "acme", "t",
+                            now, now + timedelta(hours=1), {})
 
 
 def logits_at(step: int, rows: int, vocab: int) -> torch.Tensor:
@@ -116,35 +107,33 @@ def fake_vllm() -> dict[str, types.ModuleType]:
     return mods
 
 
+class _Keys:
+    def __init__(self, bundle) -> None:
+        self._bundle = bundle
+
+    def bundle(self):
+        return self._bundle
+
+
 def vllm_path(profile, keyset) -> list[list[int]]:
     """The legacy runner's processor over a fake batch: rows 0-1 watermarked (row 1 at T 0.8, top-k 50, top-p 0.9),
     row 2 plain; at step 6 row 3 joins as a resumed request (4 output ids already drawn); at step 9 rows 0 and 1
     swap. Output: each request's output ids (a plain row's are the argmax of its logits)."""
-    saved = {k: os.environ.get(k) for k in ("HERO_VLLM_BUNDLE", "HERO_VLLM_PRIVATE_KEY", "HERO_VLLM_URL")}
     old_mods = {n: sys.modules.get(n) for n in fake_vllm()}
-    with tempfile.TemporaryDirectory() as d:
-        opened_bundle(profile, keyset, Path(d))
-        os.environ.update(HERO_VLLM_BUNDLE=str(Path(d) / "bundle"), HERO_VLLM_PRIVATE_KEY=str(Path(d) / "key"))
-        os.environ.pop("HERO_VLLM_URL", None)
-        if old_mods["vllm"] is None:
-            sys.modules.update(fake_vllm())
-        sys.modules.pop("verifier.provider.vllm", None)
-        try:
-            from verifier.provider import vllm as plugin
+    if old_mods["vllm"] is None:
+        sys.modules.update(fake_vllm())
+    sys.modules.pop("verifier.provider.vllm", None)
+    try:
+        from verifier.provider import vllm as plugin
 
-            plugin.reset_keys()
-            return _vllm_batch(plugin, profile)
-        finally:
-            plugin.reset_keys()
-            sys.modules.pop("verifier.provider.vllm", None)
-            for n, m in old_mods.items():
-                if m is None:
-                    sys.modules.pop(n, None)
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        plugin._KEYS = _Keys(opened_bundle(profile, keyset))  # what keys() returns once set
+        return _vllm_batch(plugin, profile)
+    finally:
+        plugin.reset_keys()
+        sys.modules.pop("verifier.provider.vllm", None)
+        for n, m in old_mods.items():
+            if m is None:
+                sys.modules.pop(n, None)
 
 
 def _params(fields, temperature=1.0, top_k=0, top_p=1.0):
@@ -216,15 +205,34 @@ def generate_path(profile, keyset, model=None) -> list[list[int]]:
     from verifier.engine.generation import generate_watermarked
 
     model = model or tiny_model(profile.vocab_size)
-    prompts = [" ".join(str(int(x)) for x in row) for row in prompt(len(PAYLOADS), profile.vocab_size)]
-    prompts[1] = " ".join(prompts[1].split()[2:])  # a shorter prompt: a left-padded row
-    gens = generate_watermarked(model, _Tokenizer(), prompts, PAYLOADS, profile, keyset, max_new_tokens=STEPS,
+    gens = generate_watermarked(model, _Tokenizer(), _prompts(profile), PAYLOADS, profile, keyset, max_new_tokens=STEPS,
                                 min_new_tokens=STEPS, generator=torch.Generator().manual_seed(SEED))
     return [g.token_ids for g in gens]
 
 
+def _prompts(profile) -> list[str]:
+    prompts = [" ".join(str(int(x)) for x in row) for row in prompt(len(PAYLOADS), profile.vocab_size)]
+    prompts[1] = " ".join(prompts[1].split()[2:])  # a shorter prompt: a left-padded row
+    return prompts
+
+
+def generate_hf_path(profile, keyset, model=None) -> list[list[int]]:
+    """`model.generate(watermarking_config=HeroWatermarkingConfig(...))` on the same model, prompts and seed."""
+    from verifier.provider import HeroWatermarkingConfig
+
+    model = model or tiny_model(profile.vocab_size)
+    tok = _Tokenizer()
+    enc = tok(_prompts(profile))
+    cfg = HeroWatermarkingConfig(opened_bundle(profile, keyset), PAYLOADS,
+                                 generator=torch.Generator().manual_seed(SEED))
+    with torch.no_grad():
+        out = model.generate(**enc, watermarking_config=cfg, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=STEPS, min_new_tokens=STEPS, pad_token_id=tok.pad_token_id)
+    return out[:, enc["input_ids"].shape[1]:].tolist()
+
+
 PATHS = {"engine": engine_path, "bundle_sampler": bundle_sampler_path, "hf_config": hf_path, "vllm_v1": vllm_path,
-         "generate": generate_path}
+         "generate": generate_path, "generate_hf": generate_hf_path}
 
 
 def run_all(paths=PATHS) -> dict[str, dict[str, list[list[int]]]]:

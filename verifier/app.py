@@ -32,7 +32,7 @@ from verifier.auth.jwt import AuthError
 from verifier.auth.principal import Principal
 from verifier.console.apidocs import install_docs
 from verifier.console.endpoints import router as console_router
-from verifier.errors import DomainError
+from verifier.errors import ECHO_LIMIT, DomainError
 from verifier.metrics import AUDIT_FAILURES, exposition
 from verifier.settings import Settings, get_settings
 from verifier.tracing import configure as configure_tracing
@@ -111,6 +111,7 @@ def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        loc = loc if len(loc) <= ECHO_LIMIT else loc[: ECHO_LIMIT - 3] + "..."  # a field name is caller input
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")  # never echo the input value
     return "; ".join(parts) or "invalid request"
 
@@ -172,7 +173,7 @@ def _ops_routes(app: FastAPI, settings: Settings) -> None:
 
         @app.get("/metrics", tags=["ops"], summary="Prometheus metrics")
         def metrics() -> Response:
-            return Response(exposition(), media_type=CONTENT_TYPE_LATEST)
+            return Response(exposition(public=True), media_type=CONTENT_TYPE_LATEST)
 
     elif settings.metrics_exposure == "auth":
 

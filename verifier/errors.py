@@ -11,6 +11,19 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import ClassVar
 
+ECHO_LIMIT = 64  # the most characters of a caller's input an error message repeats
+
+
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """`repr(value)` cut to at most `limit` characters (an ellipsis marks the cut): what an error message may echo
+    of a caller's input. Why: a 10,000-character field name or a 4,000-digit integer would otherwise come back
+    whole in a 422, and into logs and clients that keep error texts."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class DomainError(Exception):
     status: ClassVar[int] = 400

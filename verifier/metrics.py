@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -54,6 +54,29 @@ def scrape_registry() -> CollectorRegistry | None:
     return registry
 
 
-def exposition() -> bytes:
+# Families a public exposition leaves out (every one with an `outcome` label): live verdict counts (watermarked /
+# not-watermarked) and disclosures per role and level tell anyone who can scrape what the service finds, and who asks.
+PRIVATE = frozenset({"hero_verify_texts", "hero_disclosures", "hero_job_texts", "hero_jobs"})
+
+
+class PublicView:
+    """A registry's families without PRIVATE ones (what `generate_latest` and prometheus' own server read)."""
+
+    def __init__(self, registry) -> None:
+        self.registry = registry
+
+    def collect(self):
+        return (f for f in self.registry.collect() if f.name not in PRIVATE)
+
+
+def public_registry():
+    """What an unauthenticated scrape reads (public /metrics, HERO_METRICS_PORT): PRIVATE families left out."""
+    return PublicView(scrape_registry() or REGISTRY)
+
+
+def exposition(public: bool = False) -> bytes:
+    """The Prometheus text of this process (every worker's, merged); `public`: without PRIVATE families."""
+    if public:
+        return generate_latest(public_registry())
     registry = scrape_registry()
     return generate_latest(registry) if registry is not None else generate_latest()

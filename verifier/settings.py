@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from verifier.resources import hero_home, project_root
@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     model_aware_top_k: int | None = Field(default=None, ge=1)
     model_aware_top_p: float | None = Field(default=None, gt=0, le=1)
     model_aware_temperature: float = Field(default=1.0, gt=0)
+    # `expect`: distinct values one subject may ask about one text, per level (verify/expect.py; each answer is
+    # corrected for the values asked so far; beyond the cap: 403, audited)
+    expect_max_values: int = Field(default=16, ge=1, le=4096)
     # /v1/verify micro-batching (verifier.verify.batcher): concurrent callers share one decode and one audit commit
     # SQLite commits: FULL fsyncs every commit (survives power loss); NORMAL survives a process crash only
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
@@ -100,7 +103,9 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(default=5, ge=1)
     broker_visibility_timeout: int = Field(default=3600, ge=1)
     worker_device: str = "auto"  # auto: cuda when available, else cpu (Celery workers and the in-process drain)
-    metrics_exposure: Literal["public", "auth", "off"] = "public"  # auth: a token whose role has metrics.read
+    # auth: a token whose role has metrics.read; default: public in dev mode, auth otherwise. A public /metrics
+    # (and the HERO_METRICS_PORT bind) never carries verdict or disclosure counts (verifier/metrics.PRIVATE)
+    metrics_exposure: Literal["public", "auth", "off"] | None = None
     metrics_port: int | None = Field(default=None, ge=1, le=65535)  # also serve /metrics on its own bind
     metrics_host: str = "127.0.0.1"
     docs_exposure: Literal["public", "off"] = "public"  # /docs, /redoc, /openapi.json
@@ -120,6 +125,12 @@ class Settings(BaseSettings):
         if not all(0.0 < f < 1.0 for f in v):
             raise ValueError("every edit floor must be in (0, 1)")
         return v
+
+    @model_validator(mode="after")
+    def _metrics_default(self) -> Settings:
+        if self.metrics_exposure is None:
+            self.metrics_exposure = "public" if self.dev_mode else "auth"
+        return self
 
     @field_validator("home", mode="after")
     @classmethod

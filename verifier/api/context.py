@@ -51,11 +51,15 @@ class ServiceContext:
     def __repr__(self) -> str:
         return f"ServiceContext(profile={self.profile.name!r}, db={self.db.dialect})"
 
-    async def admit(self, p: Principal, texts: Sequence[str], max_texts: int, requested: int | None = None) -> Grant:
-        """The level granted to `p` (403), the input limits (413/422), then the caller's quota (429: nothing
-        counted): the same checks, in the same order, before every decode an endpoint starts."""
+    async def admit(self, p: Principal, texts: Sequence[str], max_texts: int, requested: int | None = None, *,
+                    vet: Callable[[Grant], object] | None = None) -> Grant:
+        """The level granted to `p` (403), the input limits (413/422), `vet(grant)` (the request's own checks, in
+        a thread: e.g. `expect`), then the caller's quota (429: nothing counted): the same checks, in the same
+        order, before every decode an endpoint starts. Nothing refused before the quota is charged to it."""
         grant = self.policy.grant(p.role, self.profile, requested)
         check_texts(texts, max_texts, self.settings.max_text_chars)
+        if vet is not None:
+            await run_in_threadpool(vet, grant)
         if isinstance(self.limiter.counter, MemoryCounter):
             charge_quota(self.limiter, self.policy, p, len(texts))  # in memory: no I/O on the loop
         else:
@@ -71,6 +75,9 @@ class ServiceContext:
 
 
 def build_context(settings: Settings, *, tokenizer_loader: Callable[[str], Any] | None = None) -> ServiceContext:
+    from verifier.keys.bootstrap import require_secrets
+
+    require_secrets(settings)  # outside dev mode, before anything could create them
     proc = build_process(settings, tokenizer_loader=tokenizer_loader)
     if settings.broker_url:
         jobs: Dispatcher = CeleryDispatcher(settings)

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from verifier.api.context import Ctx, ServiceContext
 from verifier.auth.jwt import AuthError, Claims
 from verifier.auth.principal import Principal
-from verifier.errors import Forbidden, Unauthorized
+from verifier.errors import Forbidden, Unauthorized, clip
 
 bearer = HTTPBearer(auto_error=False, description="JWT signed with an EdDSA or ES256 key from the trusted key set")
 
@@ -50,7 +50,7 @@ def principal_for(ctx: ServiceContext, claims: Claims) -> Principal:
 
 def check_action(principal: Principal, action: str) -> Principal:
     if action not in principal.actions:
-        raise Forbidden(f"action {action!r} not allowed for role {principal.role!r}")
+        raise Forbidden(f"action {action!r} not allowed for role {clip(principal.role)}")
     return principal
 
 

@@ -8,8 +8,12 @@ from starlette.concurrency import run_in_threadpool
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx, ServiceContext
 from verifier.api.dependencies import EvidenceReader, VerifyCaller
+from verifier.audit.service import record
+from verifier.auth.policy import Grant
 from verifier.auth.principal import Principal
+from verifier.errors import DomainError
 from verifier.verify.evidence import token_evidence
+from verifier.verify.expect import check_cap, refusal_events
 from verifier.verify.runner import DecodeJob
 from verifier.verify.schemas import EvidenceIn, EvidenceOut, VerifyIn, VerifyOut
 from verifier.verify.service import VerifyRequest, expected_levels, verify_texts
@@ -38,13 +42,31 @@ async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
 async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None,
                       expect: dict[str, int] | None = None) -> list[dict]:
     """The body of POST /v1/verify once the caller and the input are known (also verifier.api.fastpath)."""
-    grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level)
-    asked = expected_levels(ctx.profile, expect, grant.level)
+    asked: tuple[tuple[int, int], ...] = ()
+
+    def vet(grant: Grant) -> None:  # before the quota: a refused `expect` costs none, and is audited
+        nonlocal asked
+        asked = vet_expect(ctx, p, texts, expect, grant.level)
+
+    grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet if expect else None)
     job = DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha, expect=asked)
     if ctx.batcher is not None:  # answered after the batch's audit transaction commits
         return await ctx.batcher.verify(VerifyRequest(job, p.actor))
     return await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
                                    ctx.settings.checkpoint_interval_seconds)
+
+
+def vet_expect(ctx: ServiceContext, p: Principal, texts: list[str], expect: dict[str, int] | None,
+               level: int) -> tuple[tuple[int, int], ...]:
+    """`expect` as (level, value) pairs, or the refusal (403/422, also when the caller reached
+    HERO_EXPECT_MAX_VALUES for a text), recorded as `verify.refused` events before it is raised."""
+    try:
+        asked = expected_levels(ctx.profile, expect, level)
+        check_cap(ctx.db, p.actor, texts, asked, ctx.settings.expect_max_values)
+        return asked
+    except DomainError as exc:
+        record(ctx.db, refusal_events(p.actor, texts, expect, exc.status, level))
+        raise
 
 
 @router.post(

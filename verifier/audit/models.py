@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Float, Integer, LargeBinary, String, Text
+from sqlalchemy import Float, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from verifier.db import Base
@@ -10,6 +10,8 @@ from verifier.db import Base
 
 class AuditEventRow(Base):
     __tablename__ = "hero_audit_events"
+    # the values one subject asked about one text (`expect`, verify/expect.py) without a scan (0008)
+    __table_args__ = (Index("ix_hero_audit_events_text_subject", "text_sha256", "subject"),)
 
     idx: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     created_at: Mapped[str] = mapped_column(String(40), nullable=False)  # ISO-8601 UTC, hashed verbatim

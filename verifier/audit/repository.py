@@ -119,6 +119,17 @@ def search(
     return list(s.scalars(q.order_by(AuditEventRow.idx).limit(limit)))
 
 
+def details_about(s: Session, subject: str, digests: Sequence[str], action: str, marker: str) -> list[tuple[str, str]]:
+    """(text_sha256, detail) of `subject`'s `action` events about these texts whose detail holds `marker`
+    (index ix_hero_audit_events_text_subject)."""
+    if not digests:
+        return []
+    q = (select(AuditEventRow.text_sha256, AuditEventRow.detail)
+         .where(AuditEventRow.text_sha256.in_(list(digests)), AuditEventRow.subject == subject,
+                AuditEventRow.action == action, AuditEventRow.detail.contains(marker, autoescape=True)))
+    return [(str(d), str(x)) for d, x in s.execute(q)]
+
+
 def iterate(s: Session, batch: int = 1000, after: int = -(2**31)) -> Iterator[AuditEventRow]:
     """Every row in index order, including rows with idx <= 0 (which a valid log never has)."""
     while True:

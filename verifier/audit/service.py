@@ -13,7 +13,7 @@ checkpoint published earlier.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -56,9 +56,9 @@ class Actor:
 
 # Every action the service records: the one list (the console's audit filter comes from it; tests/service/
 # test_console_api.py checks that every action named where events are made is here).
-AUDIT_ACTIONS = ("verify", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate", "keys.disable",
-                 "keys.enable", "keys.destroy", "keys.move_profile", "keys.bundle", "kek.rotate", "providers.add",
-                 "providers.revoke", "generate")
+AUDIT_ACTIONS = ("verify", "verify.refused", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate",
+                 "keys.disable", "keys.enable", "keys.destroy", "keys.move_profile", "keys.bundle", "kek.rotate",
+                 "providers.add", "providers.revoke", "generate")
 
 
 @dataclass
@@ -140,6 +140,21 @@ def record_with_receipts(db: Database, events: Sequence[AuditEvent], signer, int
     try:
         with db.session() as s:
             return merkle.receipts(s, signer, append(s, events), interval_s)
+    except Exception as exc:
+        raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
+
+
+def record_prepared(db: Database, prepare: Callable[[Session], Sequence[AuditEvent]], signer=None,
+                    interval_s: float = 0.0, *, reads: bool = True) -> tuple[list[AppendedEvent], list[dict] | None]:
+    """`record` / `record_with_receipts` of the events `prepare(session)` makes. `reads`: prepare reads the log, so
+    the chain lock is taken first: what it reads (e.g. the values a subject already asked about a text) cannot
+    change before its events are appended, on any number of processes."""
+    try:
+        with db.session() as s:
+            if reads:
+                repo.lock_chain(s)
+            rows = append(s, prepare(s))
+            return rows, (merkle.receipts(s, signer, rows, interval_s) if signer is not None else None)
     except Exception as exc:
         raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
 

@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     kek = sub.add_parser("kek", help="key-encryption keys (wrap the per-row data keys)")
     ks = kek.add_subparsers(dest="kek_command", required=True)
+    kinit = ks.add_parser("init", help="make the local KEK and the log signing key where missing (never replaces)")
+    kinit.set_defaults(handler=cmd_kek_init)
     rot = ks.add_parser("rotate", help="new KEK and re-wrap every row (watermark keys do not change)")
     rot.add_argument("--retire-old", action="store_true",
                      help="delete the old local KEK files afterwards (refused while any data key still uses one)")
@@ -111,6 +113,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     settings = cli_settings(args)
     configure_logging(settings.log_level)
+    from verifier.keys.bootstrap import require_secrets
+
+    require_secrets(settings)  # outside dev mode: one line naming `hero kek init`, never minted secrets
     host, port = args.host or settings.host, args.port or settings.port
     twin = reserve_loopback_twin(host, port)  # held while serving: [::1]:port beside 127.0.0.1:port
     workers, warning = resolve_workers(args.workers, settings)
@@ -135,11 +140,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server
 
-        from verifier.metrics import scrape_registry
+        from verifier.metrics import public_registry
 
-        registry = scrape_registry()
-        start_http_server(settings.metrics_port, addr=settings.metrics_host,
-                          **({"registry": registry} if registry is not None else {}))
+        # no token on this bind: the public view (no verdict or disclosure counts)
+        start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=public_registry())
     from verifier.cli.serve_workers import run_workers  # several workers: connections dealt out in turn
 
     try:
@@ -217,6 +221,12 @@ def cmd_audit_public_key(args: argparse.Namespace) -> None:
     from verifier.audit.signer import signer_from_settings
 
     sys.stdout.write(signer_from_settings(cli_settings(args)).vkey + "\n")
+
+
+def cmd_kek_init(args: argparse.Namespace) -> None:
+    from verifier.keys.bootstrap import init_secrets
+
+    emit(init_secrets(cli_settings(args)))
 
 
 def cmd_kek_rotate(args: argparse.Namespace) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from verifier.engine.profile import Profile, ProfileError
+from verifier.errors import clip
 
 
 class PayloadError(ValueError):
@@ -21,10 +22,15 @@ def encode_payload(profile: Profile, values: Mapping[str, int]) -> list[list[int
     known = set(profile.field_names())
     for name in values:
         if name not in known:
-            raise PayloadError(f"unknown field {name!r}; profile {profile.name!r} has fields {sorted(known)}")
+            raise PayloadError(f"unknown field {clip(name)}; profile {profile.name!r} has fields {sorted(known)}")
     out = [[0] * profile.depth for _ in range(profile.segments)]
     for li, level in enumerate(profile.levels):
         acc = _level_value(level, values)
+        if level.issued is not None and acc not in level.issued:  # spec v4: a decoder searches only these
+            names = "+".join(f.name for f in level.fields)
+            raise PayloadError(f"{names}={acc} is not issued under profile {profile.name!r} (issued: "
+                               f"{list(level.issued)[:16]}{' ...' if len(level.issued) > 16 else ''}): a decoder "
+                               "would never search it")
         if level.per_value:
             for k in range(profile.segments):
                 out[k][li] = acc
@@ -46,7 +52,7 @@ def _level_value(level, values: Mapping[str, int]) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise PayloadError(f"field {f.name!r} must be an integer")
         if not 0 <= v < (1 << f.bits):
-            raise PayloadError(f"field {f.name!r}={v} does not fit in {f.bits} bits (0..{(1 << f.bits) - 1})")
+            raise PayloadError(f"field {f.name!r}={clip(v)} does not fit in {f.bits} bits (0..{(1 << f.bits) - 1})")
         acc = (acc << f.bits) | v
     return acc
 
@@ -60,7 +66,7 @@ def level_values(profile: Profile, values: Mapping[str, int]) -> dict[int, int]:
             levels.add(profile.field_level(name))
         except ProfileError:
             known = sorted(profile.field_names())
-            raise PayloadError(f"unknown field {name!r}; profile {profile.name!r} has fields {known}") from None
+            raise PayloadError(f"unknown field {clip(name)}; profile {profile.name!r} has fields {known}") from None
     return {lv: _level_value(profile.levels[lv - 1], values) for lv in sorted(levels)}
 
 
@@ -118,7 +124,7 @@ def parse_field_args(profile: Profile, items: list[str]) -> dict[str, int]:
     for item in items:
         name, sep, raw = item.partition("=")
         if not sep or not name:
-            raise PayloadError(f"--field expects name=value, got {item!r}")
+            raise PayloadError(f"--field expects name=value, got {clip(item)}")
         try:
             profile.field_level(name)
         except ProfileError as exc:
@@ -126,5 +132,5 @@ def parse_field_args(profile: Profile, items: list[str]) -> dict[str, int]:
         try:
             values[name] = int(raw, 0)
         except ValueError:
-            raise PayloadError(f"field {name!r}: {raw!r} is not an integer") from None
+            raise PayloadError(f"field {clip(name)}: {clip(raw)} is not an integer") from None
     return values

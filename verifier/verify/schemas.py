@@ -38,9 +38,17 @@ class ExpectedOut(BaseModel):
     level: int = Field(description="the level of the named fields")
     fields: dict[str, int] = Field(description="the value asked about")
     p_value: float = Field(description="probability of evidence at least this strong for this value in text "
-                           "not made with it (uniform under that null; corrected for the key versions tried)")
+                           "not made with it (uniform under that null; corrected for the key versions tried and for "
+                           "`values_asked`: min(1, values_asked x the one-value p))")
     log10_p_value: float = Field(description="log10 of p_value (keeps its digits below 1e-308)")
-    matches: bool = Field(description="p_value <= alpha: the text carries this value's watermark")
+    matches: bool = Field(description="p_value <= alpha (after the correction): the text carries this value's "
+                          "watermark")
+    values_asked: int = Field(default=1, description="distinct values of this level the caller has asked about this "
+                              "text, this one included (from the audit log, where each is recorded): p_value is "
+                              "corrected for them; at most HERO_EXPECT_MAX_VALUES, further ones are refused (403)")
+    correction: Literal["bonferroni-over-asked"] = Field(
+        default="bonferroni-over-asked", description="how p_value accounts for the values asked: Bonferroni over "
+        "`values_asked` (docs/service.md, `expect`)")
 
 
 class CandidateOut(BaseModel):

@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from verifier.audit.service import Actor, record, record_with_receipts, text_digest
+from verifier.audit.service import Actor, record_prepared, text_digest
 from verifier.audit.signer import LogSigner
 from verifier.db import Database
 from verifier.engine.payload import PayloadError, level_values
 from verifier.engine.profile import Profile
 from verifier.errors import Forbidden, InvalidInput
 from verifier.metrics import DISCLOSURES, VERIFY_SECONDS, VERIFY_TEXTS
+from verifier.verify import expect
 from verifier.verify.release import audit_events
 from verifier.verify.runner import DecodeJob, DecodeRunner
 
@@ -113,28 +114,34 @@ def verify_batch(
     interval_s: float = 0.0,
 ) -> list[Outcome]:
     """Per request, its released results or the exception it must raise. Audit first (one transaction for
-    the whole batch): no audit row, no answer."""
+    the whole batch): no audit row, no answer. A request with `expect` has its one-value tests corrected for
+    the values its subject asked about each text before (verify/expect.py), read under the chain's lock."""
     t0 = time.perf_counter()
     decoded = _decode_groups(runner, requests)
     VERIFY_SECONDS.observe(time.perf_counter() - t0)
-    outcomes: list[Outcome] = []
-    events = []
-    for req, results in zip(requests, decoded, strict=True):
-        if isinstance(results, BaseException):
-            outcomes.append(results)
-            continue
-        events.extend(audit_events(req.actor, [text_digest(t) for t in req.job.texts], results))
-        outcomes.append(results)
-    if not events:
+    outcomes: list[Outcome] = list(decoded)
+    if all(isinstance(o, BaseException) for o in outcomes):
         return outcomes
+
+    def prepare(s) -> list:
+        events = []
+        for req, results in zip(requests, decoded, strict=True):
+            if isinstance(results, BaseException):
+                continue
+            digests = [text_digest(t) for t in req.job.texts]
+            details = None
+            if req.job.expect:
+                details = expect.correct(results, digests, expect.prior_asks(s, req.actor, digests), req.job.expect,
+                                         req.job.alpha)
+            events.extend(audit_events(req.actor, digests, results, details))
+        return events
+
     try:
-        if signer is None:
-            record(db, events)  # committed before anything is returned (AuditUnavailable otherwise)
-            receipts = None
-        else:
-            receipts = iter(record_with_receipts(db, events, signer, interval_s))
+        rows, receipt_list = record_prepared(db, prepare, signer, interval_s,
+                                             reads=any(r.job.expect for r in requests))
     except Exception as exc:  # no audit row: nobody in the batch gets an answer
         return [o if isinstance(o, BaseException) else exc for o in outcomes]
+    receipts = iter(receipt_list) if receipt_list is not None else None
     for req, o in zip(requests, outcomes, strict=True):
         if isinstance(o, BaseException):
             continue
@@ -142,7 +149,7 @@ def verify_batch(
             for result in o:
                 result["receipt"] = next(receipts)
         DISCLOSURES.labels(req.actor.role, str(req.job.level)).inc(len(o))
-    for name, n in Counter(e.outcome for e in events).items():  # one labels() lookup per outcome, not per text
+    for name, n in Counter(e.outcome for e in rows).items():  # one labels() lookup per outcome, not per text
         VERIFY_TEXTS.labels(name).inc(n)
     return outcomes
 

@@ -1,4 +1,4 @@
-"""Decoder evidence kernel: picks the backend for the tensors' device (contract in gpu/scoring.py).
+"""Decoder evidence kernel on the backend gpu/backend.py picks for the tensors' device (contract in gpu/scoring.py).
 
 CPU -> the compiled C kernel (gpu/cpu_kernel.py) when it is available; CUDA -> the Triton kernel
 (gpu/triton_kernels.py) when Triton is installed; otherwise the pure-torch kernel (gpu/torch_kernel.py).
@@ -8,27 +8,13 @@ token counts [B, W, segments] int64, on ids.device.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from gpu import cpu_kernel, torch_kernel, triton_kernels
+from gpu.backend import select_backend
 from gpu.scoring import LevelKeys, ScoringSpec
 
-BACKENDS = ("auto", "torch", "native", "triton")
-
-
-def select_backend(device: torch.device | str, backend: str = "auto") -> str:
-    """The implementation `segment_scores` uses for tensors on `device`."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend != "auto":
-        return backend
-    dev = torch.device(device)
-    if dev.type == "cpu":
-        return "native" if cpu_kernel.available() else "torch"
-    if dev.type == "cuda":
-        return "triton" if triton_kernels.available() else "torch"
-    return "torch"
+__all__ = ["segment_scores", "select_backend"]
 
 
 def segment_scores(

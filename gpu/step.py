@@ -25,17 +25,17 @@ counts the caller already knows (tokens generated so far), never by reading the 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from gpu import prf
+from gpu.backend import BACKENDS, select_backend
 from gpu.opening import OpeningGate
 from gpu.sampler import HeroSampler, route_and_sample
 
-BACKENDS = ("native", "triton", "torch")
+__all__ = ["BACKENDS", "SPEC_VERSIONS", "ContextLog", "FusedSampler", "message_words"]
 SPEC_VERSIONS = (1, 2, 3)  # every backend implements every one of them
 
 
@@ -76,30 +76,6 @@ class ContextLog:
         """Forget the contexts of `rows` (a recycled batch slot starts a new request)."""
         idx = torch.as_tensor(rows, dtype=torch.int64, device=self.counts.device)
         self.counts.index_fill_(0, idx, 0)
-
-
-def _native_ok(t: Tensor) -> bool:
-    if t.device.type != "cpu":
-        return False
-    from gpu import cpu_kernel
-
-    mod = cpu_kernel.load()
-    return mod is not None and hasattr(mod, "sample_step")
-
-
-def _triton_ok(t: Tensor) -> bool:
-    from gpu import triton_step
-
-    return triton_step.available() and (t.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
-
-
-def pick_backend(t: Tensor) -> str:
-    """native on CPU when the C extension is built, triton on CUDA when importable, else torch."""
-    if _native_ok(t):
-        return "native"
-    if t.device.type == "cuda" and _triton_ok(t):
-        return "triton"
-    return "torch"
 
 
 class FusedSampler:
@@ -155,10 +131,7 @@ class FusedSampler:
         can outgrow it). Slots let a serving engine keep state in place while its batch rows move.
         `opening` (S slots): rows still in their gated opening are drawn fresh (gpu/opening.py).
         """
-        if backend is None:
-            backend = pick_backend(logits)
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}")
+        backend = select_backend(logits.device, backend or "auto", native="sample_step")
         b = logits.shape[0]
         n = generated.shape[0]
         if slots is None:

@@ -1,14 +1,11 @@
 """Watermarked generation through `transformers`: a LogitsProcessor that samples the token itself.
 
 HF applies its own temperature/top-k/top-p warpers *after* user processors, so this processor takes
-the warpers, applies them first, draws the token with the HeRo sampler and returns a one-hot score
-row (0 at the chosen id, -inf elsewhere). Any later warper leaves a one-hot row unchanged and HF's
-multinomial then returns exactly our token. Repeated h-gram contexts (inside the continuation) are
-sampled without watermark from the same warped distribution, as the decoder skips them. Under spec v2
-the first h generated tokens (whose contexts touch the prompt, which a verifier never sees) are also
-drawn with fresh randomness, and after them every token until the opening's surprisal reaches
-`OPENING_NATS` (gpu/opening.py; at most `OPENING_CAP` tokens): one key and prompt then no longer fix the
-opening of every response.
+the warpers, applies them first, draws the token with the fused step (gpu/step.py `FusedSampler.step`, the one
+step of every generation path) and returns a one-hot score row (0 at the chosen id, -inf elsewhere). Any later
+warper leaves a one-hot row unchanged and HF's multinomial then returns exactly our token. Which tokens are
+marked (repeated contexts, the first h tokens under spec v2, the gated opening of gpu/opening.py) is the step
+backends' rule, written out in `verifier/engine/reference.py` `is_marked`.
 """
 
 from __future__ import annotations
@@ -27,6 +24,7 @@ from transformers.generation.logits_process import (
 
 from gpu.opening import OPENING_NATS, OpeningGate
 from gpu.sampler import HeroSampler
+from gpu.step import ContextLog, FusedSampler
 from verifier.engine.keys import KeySet
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import Profile
@@ -60,31 +58,10 @@ def make_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = 
     )
 
 
-def watermark_marks(
-    profile: Profile, contexts: torch.Tensor, generated: Sequence[int], seen: Sequence[set[tuple[int, ...]]]
-) -> torch.Tensor:
-    """Which rows draw a watermarked token now ([B] bool on the CPU); records new continuation contexts.
-
-    Row i has generated `generated[i]` tokens so far; its context (last h ids) lies inside the
-    continuation once generated >= h. A context already in `seen[i]` is drawn without watermark (the
-    decoder skips repeats). Under spec v2 the first h tokens (contexts touching the prompt, which a
-    verifier never sees) are drawn with fresh randomness too; spec v1 marks them.
-    """
-    h = profile.context_width
-    mark = torch.ones(contexts.shape[0], dtype=torch.bool)
-    rows = None
-    for i, g in enumerate(generated):
-        if g < h:
-            mark[i] = profile.spec_version < 2
-            continue
-        if rows is None:
-            rows = contexts.tolist()
-        key = tuple(rows[i])
-        if key in seen[i]:
-            mark[i] = False
-        else:
-            seen[i].add(key)
-    return mark
+def make_fused_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = "cpu") -> FusedSampler:
+    """The fused step (gpu/step.py) of the profile with every level's key table on `device`: the one sampling
+    step of every generation path (`hero generate`, the SDK, `HeroWatermarkingConfig`, serving engines)."""
+    return FusedSampler(make_sampler(profile, keyset, device), profile.context_width, profile.spec_version)
 
 
 def new_opening(profile: Profile, rows: int, nats: float | None = None,
@@ -97,43 +74,65 @@ def new_opening(profile: Profile, rows: int, nats: float | None = None,
     return OpeningGate.new(rows, nats, device=device)
 
 
-def watermark_step(
-    sampler: HeroSampler,
-    profile: Profile,
-    logits: torch.Tensor,
-    contexts: torch.Tensor,
-    payload: torch.Tensor,
-    generated: Sequence[int],
-    seen: Sequence[set[tuple[int, ...]]],
-    generator: torch.Generator | None = None,
-    opening: OpeningGate | None = None,
-) -> torch.Tensor:
-    """One sampling step for a batch: the token ids [B] (int64, on the sampler's device).
+def new_generator(device: str | torch.device = "cpu") -> torch.Generator:
+    """A generator seeded from the OS CSPRNG: the fresh randomness of unmarked tokens, unpredictable to anyone
+    (a fixed default seed would make every response's opening a function of the prompt)."""
+    g = torch.Generator(device=torch.device(device))
+    g.manual_seed(secrets.randbits(63))
+    return g
 
-    logits [B, V]: the warped scores (temperature/top-k/top-p already applied); contexts [B, h] int64:
-    each row's last h token ids; payload [B, K, L] int64 (`encode_payload` per row); generated / seen:
-    per-row state (see `watermark_marks`); `opening`: the rows' gated openings (row i = slot i).
-    The one implementation of the step: `HeroLogitsProcessor` and the provider SDK both call it.
+
+class WatermarkProcessor(LogitsProcessor):
+    """One `model.generate` call's watermark over the fused step: the rows' payloads, step counters and context
+    log on the device; draws each token itself and returns a one-hot score row.
+
+    input_ids [B, S] (left-padded prompts + generated tokens), scores [B, V] -> one-hot scores [B, V]. `warpers`
+    (temperature / top-k / top-p) are applied first when transformers' own are off (`hero generate`); with
+    `watermarking_config` transformers has applied its own already. One processor per `generate` call.
     """
-    if opening is None:
-        mark = watermark_marks(profile, contexts, generated, seen)
-        return sampler.sample(logits, contexts, payload, mark.to(logits.device), generator)
-    dev = opening.need.device
-    rows = torch.arange(len(generated), device=dev)
-    held = opening.held(torch.tensor(list(generated), dtype=torch.int64, device=dev), rows)
-    shown = [0 if g else n for g, n in zip(held.tolist(), generated, strict=True)]
-    mark = watermark_marks(profile, contexts, shown, seen)
-    tokens = sampler.sample(logits, contexts, payload, mark.to(logits.device), generator)
-    opening.account(logits, tokens, held.to(logits.device), rows.to(logits.device))
-    return tokens
+
+    def __init__(self, sampler: FusedSampler, payload: torch.Tensor, generator: torch.Generator | None = None,
+                 opening: OpeningGate | None = None, *, warpers: LogitsProcessorList | None = None,
+                 vocab_size: int | None = None) -> None:
+        self.sampler = sampler
+        self.payload = payload
+        self.device = payload.device
+        self.generator = generator if generator is not None else new_generator(self.device)
+        self.opening = opening
+        self.warpers = warpers or LogitsProcessorList()
+        self.vocab_size = vocab_size
+        self.prompt_length: int | None = None
+        self.log: ContextLog = sampler.new_log(payload.shape[0])
+
+    def __repr__(self) -> str:  # never the key words
+        return f"{type(self).__name__}(rows={self.payload.shape[0]})"
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        b, s = input_ids.shape
+        if b != self.payload.shape[0]:
+            raise ValueError(f"batch has {b} rows but {self.payload.shape[0]} payloads were given")
+        if self.vocab_size is not None and scores.shape[-1] != self.vocab_size:
+            raise ValueError(f"model vocabulary {scores.shape[-1]} != profile vocab_size {self.vocab_size}")
+        if self.prompt_length is None:
+            self.prompt_length = s
+        step = s - self.prompt_length
+        h = self.sampler.h
+        warped = self.warpers(input_ids, scores) if self.warpers else scores
+        context = input_ids[:, -h:].to(self.device)
+        if s < h:  # a prompt shorter than the context: left-padded as context_tail does
+            context = torch.nn.functional.pad(context, (h - s, 0), value=0)
+        self.log.ensure(step + 1)
+        generated = torch.full((b,), step, dtype=torch.int64, device=self.device)
+        tokens = self.sampler.step(warped.to(self.device), context, self.payload, generated, self.log,
+                                   self.generator, opening=self.opening)
+        # In place (as transformers' own processors do): no fresh [B, V] allocation per step.
+        return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
 
 
-class HeroLogitsProcessor(LogitsProcessor):
-    """Watermarks every row of a `model.generate(do_sample=True)` batch with its own payload.
-
-    input_ids [B, S] (left-padded prompts + generated tokens), scores [B, V] -> one-hot scores [B, V].
-    Create one processor per `generate` call: it remembers the prompt length and seen contexts.
-    """
+class HeroLogitsProcessor(WatermarkProcessor):
+    """Watermarks every row of a `model.generate(do_sample=True)` batch with its own payload (`hero generate`,
+    the SDK's `logits_processor` and `generate`): HF applies its own temperature/top-k/top-p warpers *after* user
+    processors, so this one takes the warpers and applies them first."""
 
     def __init__(
         self,
@@ -147,40 +146,12 @@ class HeroLogitsProcessor(LogitsProcessor):
     ) -> None:
         if keyset.levels != profile.depth:
             raise ValueError(f"generation needs all {profile.depth} levels' keys, got {keyset.levels}")
+        dev = torch.device(device)
+        payload = torch.tensor([encode_payload(profile, p) for p in payloads], dtype=torch.int64, device=dev)
+        super().__init__(make_fused_sampler(profile, keyset, dev), payload, generator,
+                         new_opening(profile, len(payloads), opening_nats, dev), warpers=warpers,
+                         vocab_size=profile.vocab_size)
         self.profile = profile
-        self.device = torch.device(device)
-        self.sampler = make_sampler(profile, keyset, self.device)
-        self.payload = torch.tensor(
-            [encode_payload(profile, p) for p in payloads], dtype=torch.int64, device=self.device
-        )
-        self.warpers = warpers or LogitsProcessorList()
-        if generator is None:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(secrets.randbits(63))
-        self.generator = generator
-        self.prompt_length: int | None = None
-        self.seen: list[set[tuple[int, ...]]] = [set() for _ in payloads]
-        self.opening = new_opening(profile, len(payloads), opening_nats, self.device)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        b, s = input_ids.shape
-        if b != self.payload.shape[0]:
-            raise ValueError(f"batch has {b} rows but {self.payload.shape[0]} payloads were given")
-        if scores.shape[-1] != self.profile.vocab_size:
-            raise ValueError(f"model vocabulary {scores.shape[-1]} != profile vocab_size {self.profile.vocab_size}")
-        if self.prompt_length is None:
-            self.prompt_length = s
-        h = self.profile.context_width
-        warped = self.warpers(input_ids, scores)
-        context = input_ids[:, -h:].to(self.device)
-        if s < h:  # a prompt shorter than the context: left-padded as context_tail does
-            context = torch.nn.functional.pad(context, (h - s, 0), value=0)
-        tokens = watermark_step(
-            self.sampler, self.profile, warped.to(self.device), context, self.payload,
-            [s - self.prompt_length] * b, self.seen, self.generator, self.opening,
-        )
-        # In place (as HF's own processors do): no fresh [B, V] allocation per step.
-        return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
 
 
 def context_tail(prompt, output, h: int) -> list[int]:

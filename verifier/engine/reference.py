@@ -267,6 +267,28 @@ def hero_sample(
     return deinterleave(offset + best_j, v, stride)
 
 
+# --- which generated token is marked ------------------------------------------------------------
+
+
+def is_marked(generated: int, context: Sequence[int], seen: set[tuple[int, ...]], spec_version: int,
+              held: bool = False) -> bool:
+    """Whether the token a request draws after `generated` tokens, with context `context` (its last h ids), is a
+    watermarked draw; records a new continuation context in `seen` (the request's own set).
+
+    Contexts of the first h tokens touch the prompt, which a verifier never sees: spec v2+ draws those fresh,
+    spec v1 marks them (unrecorded either way). So does a row its gated opening still `held` (gpu/opening.py). A
+    continuation context already in `seen` is drawn fresh (the decoder skips repeats: `scored_positions`).
+    Every step backend (C `sample_step`, Triton `_step_kernel`, torch) is tested against this rule.
+    """
+    if held or generated < len(context):
+        return spec_version < 2
+    key = tuple(context)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 # --- decoding (one text) -----------------------------------------------------------------------
 
 

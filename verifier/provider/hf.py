@@ -12,17 +12,14 @@ on every call) returns the same object; pickling is refused.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor
 from transformers.generation.configuration_utils import BaseWatermarkingConfig
 
-from gpu.opening import OpeningGate
-from gpu.step import ContextLog, FusedSampler
-from verifier.engine.generation import make_sampler, new_opening
+from gpu.step import FusedSampler
+from verifier.engine.generation import WatermarkProcessor, make_fused_sampler, new_opening
 from verifier.engine.payload import encode_payload
 from verifier.provider.bundle import GenerationBundle
 
@@ -31,43 +28,11 @@ __all__ = ["HeroWatermarkProcessor", "HeroWatermarkingConfig", "fused_sampler"]
 
 def fused_sampler(bundle: GenerationBundle, device: str | torch.device = "cpu") -> FusedSampler:
     """The fused step's sampler for an opened bundle on `device` (key tables copied there once)."""
-    profile = bundle.profile
-    return FusedSampler(make_sampler(profile, bundle.keyset, device), profile.context_width, profile.spec_version)
+    return make_fused_sampler(bundle.profile, bundle.keyset, device)
 
 
-class HeroWatermarkProcessor(LogitsProcessor):
-    """One `generate` call's watermark: rows' payloads, per-row step counters and context log on the device."""
-
-    def __init__(self, sampler: FusedSampler, payload: torch.Tensor, generator: torch.Generator | None = None,
-                 opening: OpeningGate | None = None):
-        self.sampler = sampler
-        self.payload = payload
-        self.device = payload.device
-        if generator is None:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(secrets.randbits(63))
-        self.generator = generator
-        self.prompt_length: int | None = None
-        self.log: ContextLog = sampler.new_log(payload.shape[0])
-        self.opening = opening
-
-    def __repr__(self) -> str:
-        return f"HeroWatermarkProcessor(rows={self.payload.shape[0]})"
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        b, s = input_ids.shape
-        if b != self.payload.shape[0]:
-            raise ValueError(f"batch has {b} rows but the watermarking config has {self.payload.shape[0]} payloads")
-        if self.prompt_length is None:
-            self.prompt_length = s
-        step = s - self.prompt_length
-        self.log.ensure(step + 1)
-        generated = torch.full((b,), step, dtype=torch.int64, device=self.device)
-        h = self.sampler.h
-        tokens = self.sampler.step(scores.to(self.device), input_ids[:, -h:].to(self.device), self.payload, generated,
-                                   self.log, self.generator, opening=self.opening)
-        # In place, as transformers' own processors do: no fresh [B, V] allocation per step.
-        return scores.fill_(float("-inf")).scatter_(1, tokens.to(scores.device).unsqueeze(1), 0.0)
+class HeroWatermarkProcessor(WatermarkProcessor):
+    """One `generate` call's watermark (the engine's processor without warpers: transformers applied its own)."""
 
 
 class HeroWatermarkingConfig(BaseWatermarkingConfig):

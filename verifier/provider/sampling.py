@@ -1,17 +1,18 @@
 """Generating from an opened bundle: a `transformers` helper and the engine-neutral sampler step.
 
-Everything here delegates to `verifier.engine.generation` (the code `hero generate` runs): the provider SDK
-adds only bookkeeping around it, never its own sampling math.
+Everything here delegates to `verifier.engine.generation` (the code `hero generate` runs) and its one step,
+`gpu/step.FusedSampler.step`: the provider SDK adds only bookkeeping around it, never its own sampling math.
 
-Integration point for other engines (vLLM, SGLang, llama.cpp): `BundleSampler.step`.
+`BundleSampler.step` is the simplest integration point (each request's state in a `RequestState`); serving
+engines with continuous batching keep state in slots on the device instead: `verifier/provider/step.py`.
 
     logits    [B, V] float tensor (any float dtype; the sampler computes in float32), the model's scores
               after your temperature / top-k / top-p (the watermark keeps that distribution exactly);
               V must equal the profile's vocab_size.
     contexts  [B, h] int64: the last h = profile.context_width token ids of each row (prompt included).
     payloads  [B, K, L] int64 from `BundleSampler.payload(fields)`, one per request (cache it per request).
-    states    one `RequestState` per row, kept with the request for its whole life (continuous batching:
-              rows may be at different steps; pass each request's own state every step).
+    states    one `RequestState` per row, kept with the request for its whole life (rows may be at different
+              steps; pass each request's own state every step).
     returns   [B] int64 token ids on the sampler's device; force them (e.g. one-hot the logits row).
 
 The sampler's tensors live on the device given at construction; pass logits on the same device.
@@ -19,38 +20,43 @@ The sampler's tensors live on the device given at construction; pass logits on t
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from gpu.step import ContextLog
 from verifier.engine.generation import (
     Generation,
     HeroLogitsProcessor,
     generate_watermarked,
-    make_sampler,
+    make_fused_sampler,
     make_warpers,
+    new_generator,
     new_opening,
-    watermark_step,
 )
 from verifier.engine.payload import encode_payload
 from verifier.lm import load_model
 from verifier.provider.bundle import GenerationBundle
 
 __all__ = ["BundleSampler", "ProviderGeneration", "RequestState", "generate", "load_model", "logits_processor",
-           "new_generator"]
+           "new_generator"]  # new_generator: verifier.engine.generation's, the one seeding of fresh randomness
 
 
 @dataclass
 class RequestState:
-    """Per-request state of the watermark: tokens drawn so far, the continuation contexts seen and the nats its
-    gated opening still needs (None: the full threshold for a new request; a state made mid-response,
-    generated > 0, is a resumed request whose opening was drawn before: open)."""
+    """Per-request state of the watermark: tokens drawn so far, the nats its gated opening still needs (None: the
+    full threshold for a new request; a state made mid-response, generated > 0, is a resumed request whose opening
+    was drawn before: open) and the log of continuation contexts already marked (the fused step's, one row)."""
 
     generated: int = 0
-    seen: set[tuple[int, ...]] = field(default_factory=set)
     opening_need: float | None = None
+    log: ContextLog | None = field(default=None, repr=False)
+
+    @property
+    def contexts(self) -> int:
+        """How many continuation contexts this request has marked (a repeat of one is drawn fresh)."""
+        return 0 if self.log is None else int(self.log.counts[0])
 
 
 class BundleSampler:
@@ -62,7 +68,7 @@ class BundleSampler:
         self.bundle = bundle
         self.profile = bundle.profile
         self.device = torch.device(device)
-        self._sampler = make_sampler(bundle.profile, bundle.keyset, self.device)
+        self._sampler = make_fused_sampler(bundle.profile, bundle.keyset, self.device)
         self._opening_nats = opening_nats
 
     def __repr__(self) -> str:
@@ -99,23 +105,27 @@ class BundleSampler:
             need = [st.opening_need if st.opening_need is not None else opening.nats if st.generated == 0 else 0.0
                     for st in states]
             opening.need = torch.tensor(need, dtype=torch.float32, device=self.device)
-        tokens = watermark_step(
-            self._sampler, self.profile, logits.to(self.device), contexts.to(self.device, torch.int64),
-            payloads.to(self.device), [st.generated for st in states], [st.seen for st in states], generator,
-            opening,
-        )
+        log = self._batch_log(states)
+        generated = torch.tensor([st.generated for st in states], dtype=torch.int64, device=self.device)
+        tokens = self._sampler.step(logits.to(self.device), contexts.to(self.device, torch.int64),
+                                    payloads.to(self.device), generated, log, generator, opening=opening)
         needs = opening.need.tolist() if opening is not None else [None] * b
-        for st, need in zip(states, needs, strict=True):
+        for i, (st, need) in enumerate(zip(states, needs, strict=True)):
             st.generated += 1
             st.opening_need = need
+            st.log = ContextLog(log.words[i: i + 1], log.counts[i: i + 1])
         return tokens
 
-
-def new_generator(device: str | torch.device = "cpu") -> torch.Generator:
-    """A generator seeded from the OS CSPRNG (fresh randomness for unmarked tokens)."""
-    g = torch.Generator(device=torch.device(device))
-    g.manual_seed(secrets.randbits(63))
-    return g
+    def _batch_log(self, states: Sequence[RequestState]) -> ContextLog:
+        """The rows' context logs side by side (room for one more context each: the step may append one)."""
+        log = self._sampler.new_log(len(states))
+        log.ensure(max([max(st.generated for st in states) + 1,
+                        *(st.log.capacity for st in states if st.log is not None)]))
+        for i, st in enumerate(states):
+            if st.log is not None:
+                log.words[i, : st.log.capacity] = st.log.words[0]
+                log.counts[i] = st.log.counts[0]
+        return log
 
 
 def logits_processor(

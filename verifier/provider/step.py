@@ -1,0 +1,298 @@
+"""The serving-engine seam: per-request watermark state in slots, for engines with continuous batching.
+
+vLLM's plugin (verifier/provider/vllm.py) is this module plus vLLM's translation; SGLang, TGI or llama.cpp
+bindings are the same plus theirs (docs/providers.md, "Other serving engines"). What an engine does:
+
+    keys = BundleKeys(private_key_file="/run/hero/x25519.key", bundle_file="/run/hero/bundle")
+    slots = RequestSlots(max_requests, device, keys.bundle)
+    # a request arrives in slot s (its payload from the request's extra arguments, in one place):
+    slots.add(s, parse_payload(request.extra), temperature=.., top_k=.., top_p=.., min_p=.., tokens=resumed_ids)
+    # each step, for the batch rows that carry a watermarked request (rows -> their slots):
+    slots.generated[slots_t] = tokens_each_request_has_drawn; slots.log.ensure(max_drawn + 1)
+    tokens, drawn = slots.draw(logits, rows_t, slots_t, slot_list, contexts, generator)
+    one_hot_rows(logits, rows_t[drawn], tokens[drawn])      # the engine's sampler then returns exactly them
+
+What the slots hold: the request's payload, its warping parameters, tokens drawn so far, the log of continuation
+contexts already marked and its gated opening (gpu/opening.py), all in tensors on the device, indexed by slot so
+the engine's batch rows may move (`move`). `replay` re-logs a resumed request's contexts after preemption. The
+bundle is asked for at every `add`: a rotation applies to new requests, a running one keeps the key tables it
+started with. The draw is `FusedSampler.step`, the one step of every generation path (gpu/step.py).
+
+Failure is per request: a payload or state that cannot be set up (`add`), or a draw that raises, leaves that
+request unwatermarked, logs the exception's type (never its text: it may quote a payload) and keeps the reason
+in `errors[slot]`; the other requests of the batch are drawn as usual. Admission (`validate_payload`) refuses
+bad payloads before they reach a slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpu import prf
+from gpu.opening import OpeningGate
+from gpu.step import ContextLog, FusedSampler
+from verifier.engine.generation import make_fused_sampler, new_generator, new_opening
+from verifier.engine.payload import encode_payload
+from verifier.provider.bundle import GenerationBundle, open_bundle
+
+__all__ = ["EXTRA_KEY", "GREEDY_EPS", "BundleKeys", "RequestSlots", "new_generator", "one_hot_rows", "parse_payload",
+           "validate_payload"]
+
+log = logging.getLogger("hero.provider.step")
+
+EXTRA_KEY = "hero"  # a request's payload: its extra arguments' "hero" entry, {"model": 37, "user": 1234}
+GREEDY_EPS = 1e-5  # a temperature below this is greedy decoding: it cannot carry a watermark
+
+
+def parse_payload(extra: Mapping[str, Any] | None, key: str = EXTRA_KEY) -> Mapping[str, int] | None:
+    """A request's payload fields from its extra arguments (None: not watermarked). The one place a serving
+    engine's request payload is read; ValueError when it is not a map of field names to integers."""
+    fields = (extra or {}).get(key)
+    if fields is None:
+        return None
+    if not isinstance(fields, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in fields.items()
+    ):
+        raise ValueError(f"extra_args[{key!r}] must map field names to integers")
+    return fields
+
+
+def validate_payload(fields: Mapping[str, int], temperature: float | None,
+                     bundles: Callable[[], GenerationBundle | None], where: str = "") -> None:
+    """Admission check of a watermarked request: ValueError (an engine's HTTP 400) naming what is wrong.
+    `where`: how this engine configures its bundle (said when none is)."""
+    if (temperature or 0.0) < GREEDY_EPS:
+        raise ValueError("a watermarked request needs sampling (temperature > 0)")
+    bundle = bundles()
+    if bundle is None:
+        raise ValueError(f"this engine has no HeRo bundle configured{f' ({where})' if where else ''}")
+    encode_payload(bundle.profile, fields)  # PayloadError (a ValueError) names the bad field
+
+
+class BundleKeys:
+    """This process's current bundle: a sealed file, opened once, and/or a `BundleSource` kept current from the
+    service (the file is then only the starting point). Holds paths and the opened bundle, never the raw key."""
+
+    def __init__(self, private_key_file: str | Path | None, bundle_file: str | Path | None = None,
+                 url: str | None = None, token_file: str | Path | None = None, refresh_s: float = 60.0) -> None:
+        self._source = None
+        self._bundle: GenerationBundle | None = None
+        if not private_key_file:
+            return
+        private_key = Path(private_key_file).read_bytes()
+        if bundle_file and Path(bundle_file).is_file():
+            self._bundle = open_bundle(Path(bundle_file).read_bytes().strip(), private_key)
+        if url:
+            from verifier.provider.refresh import BundleSource
+
+            if token_file is None:
+                raise ValueError("a bundle URL needs a token file")
+            token = Path(token_file)
+            self._source = BundleSource(private_key, lambda: token.read_text().strip(), base_url=url,
+                                        interval_s=float(refresh_s)).start()
+        del private_key
+
+    def __repr__(self) -> str:
+        b = self._bundle
+        return f"BundleKeys(bundle_id={b.bundle_id if b else None!r}, refreshed={self._source is not None})"
+
+    def bundle(self) -> GenerationBundle | None:
+        if self._source is not None:
+            try:
+                return self._source.bundle
+            except Exception as exc:  # the file bundle stays in use; only the type is logged
+                log.warning("bundle refresh failed (%s); using the last bundle", type(exc).__name__)
+        return self._bundle
+
+
+class RequestSlots:
+    """Payloads, warping parameters, step counters, context logs and gated openings of up to `n` requests."""
+
+    def __init__(self, n: int, device: torch.device | str, bundles: Callable[[], GenerationBundle | None]) -> None:
+        self.n, self.device = n, torch.device(device)
+        self._bundles = bundles
+        self._lock = threading.Lock()
+        self.sampler: FusedSampler | None = None
+        self._bundle_id: str | None = None
+        self.samplers: list[FusedSampler | None] = [None] * n  # the tables each request started with
+        self.errors: dict[int, str] = {}  # slot -> why its request is not watermarked (exception type)
+        self.payload: torch.Tensor | None = None
+        self.generated = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self.log: ContextLog | None = None
+        self.opening: OpeningGate | None = None
+        self.temperature = torch.ones(n, device=self.device)
+        self.min_p = torch.zeros(n, device=self.device)
+        self.top_k = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self.top_p = torch.ones(n, device=self.device)
+        self.host = [dict(temperature=1.0, min_p=0.0, top_k=0, top_p=1.0) for _ in range(n)]
+
+    def __repr__(self) -> str:  # never the key words
+        marked = sum(s is not None for s in self.samplers)
+        return f"RequestSlots(n={self.n}, device={self.device}, watermarked={marked})"
+
+    def _current(self) -> FusedSampler:
+        """The sampler of the bundle in force now (rebuilt when it rotates; the profile's shape may not change)."""
+        bundle = self._bundles()
+        if bundle is None:
+            raise ValueError("no HeRo bundle configured")
+        with self._lock:
+            if self.sampler is None or bundle.bundle_id != self._bundle_id:
+                profile = bundle.profile
+                if self.sampler is not None and (profile.segments, profile.depth, profile.context_width) != (
+                        self.sampler.base.segments, self.sampler.base.levels, self.sampler.h):
+                    raise ValueError("a bundle rotation may change keys, not the profile's shape")
+                self.sampler = make_fused_sampler(profile, bundle.keyset, self.device)
+                self._bundle_id = bundle.bundle_id
+                self.profile = profile
+                if self.payload is None:
+                    self.payload = torch.zeros(self.n, profile.segments, profile.depth, dtype=torch.int64,
+                                               device=self.device)
+                    self.log = self.sampler.new_log(self.n)
+                    self.opening = new_opening(profile, self.n, device=self.device)
+            return self.sampler
+
+    def add(self, slot: int, fields: Mapping[str, int] | None, *, temperature: float = 1.0, top_k: int = 0,
+            top_p: float = 1.0, min_p: float = 0.0, tokens: list[int] | None = None) -> bool:
+        """(Re)initialise `slot` for a request; True when it is watermarked. `tokens`: output ids already
+        generated (a resumed request), whose continuation contexts are logged again. A request whose state
+        cannot be set up is left unwatermarked (False; the reason in `errors[slot]`), never the batch."""
+        self.samplers[slot] = None
+        self.errors.pop(slot, None)
+        if fields is None:
+            return False
+        try:
+            sampler = self._current()
+            pay = encode_payload(self.profile, fields)
+            self.payload[slot] = torch.tensor(pay, dtype=torch.int64, device=self.device)
+            temperature = max(float(temperature), GREEDY_EPS)
+            self.temperature[slot] = temperature
+            top_k = max(int(top_k or 0), 0)
+            self.host[slot] = dict(temperature=temperature, min_p=float(min_p or 0.0), top_k=top_k,
+                                   top_p=float(top_p or 1.0))
+            self.min_p[slot], self.top_k[slot], self.top_p[slot] = (self.host[slot][k] for k in ("min_p", "top_k",
+                                                                                                  "top_p"))
+            self.generated[slot] = 0
+            self.log.counts[slot] = 0
+            if self.opening is not None:  # a resumed request drew its opening before it was preempted
+                self.opening.reset([slot], opened=bool(tokens))
+            if tokens:
+                self.replay(slot, tokens)
+        except Exception as exc:
+            self.fail(slot, exc)
+            return False
+        self.samplers[slot] = sampler
+        return True
+
+    def fail(self, slot: int, exc: BaseException) -> None:
+        """Leave `slot`'s request unwatermarked from now on (its state is broken); only the type is logged."""
+        self.samplers[slot] = None
+        self.errors[slot] = type(exc).__name__
+        log.error("request slot %d left unwatermarked: %s", slot, type(exc).__name__)
+
+    def replay(self, slot: int, ids: list[int]) -> None:
+        """Log the continuation contexts of output `ids` already drawn (token g >= h has context ids[g-h:g]): a
+        request resumed after preemption marks no repeat of a context it marked before."""
+        h = self.sampler.h
+        seen: dict[tuple[int, ...], None] = {}
+        for g in range(h, len(ids)):
+            seen.setdefault(tuple(ids[g - h: g]), None)
+        if seen:
+            self.log.ensure(len(seen) + 1)
+            words = torch.stack(prf.context_words(torch.tensor(list(seen), dtype=torch.int64)), dim=1)
+            self.log.words[slot, : len(seen)] = words.to(self.device)
+            self.log.counts[slot] = len(seen)
+
+    def move(self, a: int, b: int, swap: bool) -> None:
+        """Slot a -> b (a batch row moved: the legacy vLLM runner's condense) or a <-> b."""
+        tensors = [self.generated, self.temperature, self.min_p, self.top_k, self.top_p]
+        if self.payload is not None:
+            tensors += [self.payload, self.log.words, self.log.counts]
+        if self.opening is not None:
+            tensors.append(self.opening.need)
+        idx = torch.tensor([a, b] if swap else [a], device=self.device)
+        dst = torch.tensor([b, a] if swap else [b], device=self.device)
+        for t in tensors:
+            t[dst] = t[idx]
+        ea, eb = self.errors.pop(a, None), self.errors.pop(b, None)
+        if swap:
+            self.samplers[a], self.samplers[b] = self.samplers[b], self.samplers[a]
+            self.host[a], self.host[b] = self.host[b], self.host[a]
+            if eb is not None:
+                self.errors[a] = eb
+        else:
+            self.samplers[b], self.host[b] = self.samplers[a], self.host[a]
+            self.samplers[a] = None
+        if ea is not None:
+            self.errors[b] = ea
+
+    def warp(self, logits: torch.Tensor, slots: torch.Tensor, host_slots: list[int]) -> torch.Tensor:
+        """vLLM's order: temperature, min_p, top-k, top-p; per row (slot) parameters. Rows that need none of
+        them (temperature 1, no truncation: the plain sampling setting) are handed on as they are, uncopied."""
+        hp = [self.host[s] for s in host_slots]
+        if logits.dtype == torch.float32 and all(p["temperature"] == 1.0 and p["min_p"] <= 0 and p["top_k"] <= 0
+                                                 and p["top_p"] >= 1.0 for p in hp):
+            return logits
+        x = logits.to(torch.float32) / self.temperature[slots].unsqueeze(1)
+        if any(p["min_p"] > 0 for p in hp):
+            probs = torch.softmax(x, dim=-1)
+            floor = probs.amax(dim=-1, keepdim=True) * self.min_p[slots].unsqueeze(1)
+            x = x.masked_fill(probs < floor, float("-inf"))
+        if any(p["top_k"] > 0 or p["top_p"] < 1.0 for p in hp):
+            vals, idx = x.sort(dim=-1, descending=True)
+            rank = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+            k = self.top_k[slots].unsqueeze(1)
+            drop = (k > 0) & (rank >= k)
+            vals = vals.masked_fill(drop, float("-inf"))
+            p = torch.softmax(vals, dim=-1)
+            before = p.cumsum(dim=-1) - p  # mass strictly above each rank
+            vals = vals.masked_fill((before >= self.top_p[slots].unsqueeze(1)) & (rank > 0), float("-inf"))
+            x = torch.full_like(x, float("-inf")).scatter_(1, idx, vals)
+        return x
+
+    def draw(self, logits: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, host_slots: list[int],
+             contexts: torch.Tensor, generator: torch.Generator | None,
+             every_row: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, drawn) for `rows` of `logits` (request state at `slots`), grouped by the tables each
+        request uses; `drawn` [R] bool: False for an unwatermarked request's row (keep its logits) and for the
+        rows of a group whose draw raised (their requests are failed: `errors`). `every_row`: the caller knows
+        `rows` is every row of `logits` in order (no gather copy)."""
+        out = torch.zeros(len(host_slots), dtype=torch.int64, device=logits.device)
+        drawn = torch.zeros(len(host_slots), dtype=torch.bool, device=logits.device)
+        groups: dict[int, list[int]] = {}
+        for i, s in enumerate(host_slots):
+            groups.setdefault(id(self.samplers[s]), []).append(i)
+        warped = self.warp(logits if every_row else logits[rows], slots, host_slots)
+        for members in groups.values():
+            sampler = self.samplers[host_slots[members[0]]]
+            if sampler is None:  # unwatermarked rows: the caller keeps their logits
+                continue
+            try:
+                if len(groups) == 1:
+                    out = sampler.step(warped, contexts, self.payload, self.generated, self.log, generator,
+                                       slots=slots, opening=self.opening)
+                    drawn[:] = True
+                    break
+                sel = torch.tensor(members, device=logits.device)
+                out[sel] = sampler.step(warped[sel], contexts[sel], self.payload, self.generated, self.log,
+                                        generator, slots=slots[sel], opening=self.opening)
+                drawn[sel] = True
+            except Exception as exc:  # confined to this group's requests
+                for i in members:
+                    self.fail(host_slots[i], exc)
+        return out, drawn
+
+
+def one_hot_rows(logits: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor, every_row: bool = False) -> None:
+    """Force `tokens` at `rows` of `logits` in place: 0 at the token, -inf elsewhere (the engine's own sampler
+    then returns exactly them)."""
+    if every_row:  # in place, as transformers' processors do: no index_put over [B, V]
+        logits.fill_(float("-inf")).scatter_(1, tokens.unsqueeze(1), 0.0)
+        return
+    logits[rows] = float("-inf")
+    logits[rows, tokens] = 0.0

@@ -18,7 +18,7 @@ from gpu.sampler import route_and_sample
 from gpu.scoring import LevelKeys, ScoringSpec
 from verifier.engine import reference as R
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 native = pytest.mark.skipif(not cpu_kernel.available(), reason=f"C kernel unavailable: {cpu_kernel.error()}")
 has_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 has_triton = pytest.mark.skipif(triton_kernels.triton is None, reason="triton not installed")

@@ -13,7 +13,7 @@ import torch
 from gpu.opening import OpeningGate, token_surprisal
 from gpu.sampler import HeroSampler
 from gpu.step import ContextLog, FusedSampler
-from tests.test_fused_step import CPU_BACKENDS, has_cuda
+from tests.gpu.test_fused_step import CPU_BACKENDS, has_cuda
 from verifier.engine.generation import new_opening, watermark_marks, watermark_step
 from verifier.engine.profile import profile_from_dict
 

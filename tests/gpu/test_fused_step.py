@@ -24,7 +24,7 @@ from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import profile_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "tests" / "vectors"
 
 try:

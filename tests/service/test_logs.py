@@ -9,7 +9,7 @@ from pathlib import Path
 
 from verifier.logs import SAFE_FIELDS, JsonFormatter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _logged_extra_keys() -> set[str]:

@@ -19,7 +19,7 @@ import pytest
 
 from tests.helpers.browser import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 FENCE = re.compile(r"(<!-- readme-test: skip[^>]*-->\n)?```(\w+)\n(.*?)```", re.S)
 DEV_BLOCK = "scripts/dev"

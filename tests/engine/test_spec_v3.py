@@ -27,7 +27,7 @@ from verifier.engine.keys import (
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import ProfileError, profile_from_dict, resolve_profile
 
-VECTORS = Path(__file__).parent / "vectors" / "hero_v3.json"
+VECTORS = Path(__file__).parents[1] / "vectors" / "hero_v3.json"
 
 
 @pytest.fixture(scope="module")

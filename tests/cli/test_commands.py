@@ -31,7 +31,7 @@ print("HEAVY=" + ",".join(m for m in {heavy!r} if m in sys.modules), "CODE=" + s
 
 def _probe(argv: list[str]) -> tuple[str, str]:
     r = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv, heavy=HEAVY)], capture_output=True, text=True,
-                       timeout=60, cwd=Path(__file__).resolve().parents[1])
+                       timeout=60, cwd=Path(__file__).resolve().parents[2])
     last = r.stdout.strip().splitlines()[-1]
     return last, r.stdout + r.stderr
 

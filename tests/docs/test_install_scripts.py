@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path: Path, *args: str, uid: str = "0", **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:

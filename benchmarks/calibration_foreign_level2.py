@@ -2,7 +2,7 @@
 
     python benchmarks/calibration_foreign_level2.py [--keysets 1000] [--texts 180] [--jobs 2]
 
-The setting of tests/test_disclosure_and_decoder.py::test_public_only_verifier_decodes_private_bits_at_chance:
+The setting of tests/engine/test_disclosure_and_decoder.py::test_public_only_verifier_decodes_private_bits_at_chance:
 texts watermarked by the synthetic LM under a fresh key set, decoded with the right level-1 table and a
 guessed level-2 table (fresh CSPRNG master). Under the null every candidate's evidence is Exp(1), so the
 level-2 p-values must be uniform, however strongly the text is marked under its real keys. Prints one JSON

@@ -56,7 +56,7 @@ CHUNK = 200  # texts per decode call
 def free_decode(decoder: Decoder, name: str, ids: list[list[int]], h: int) -> list[DecodeResult]:
     n = [len(scored_positions(x, h)) for x in ids]
     levels = len(decoder.tables)
-    if name == "ars":  # equal weights on X: model-free decoding exactly (tests/test_weighted_stats.py)
+    if name == "ars":  # equal weights on X: model-free decoding exactly (tests/engine/test_weighted_stats.py)
         return WeightedDecoder(decoder, statistic=LINEAR).decode_ids(ids, [np.ones((k, levels)) for k in n])
     if name == "log":
         return WeightedDecoder(decoder, statistic=LIKELIHOOD_RATIO).decode_ids(ids, [np.ones((k, levels)) for k in n])

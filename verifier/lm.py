@@ -123,7 +123,7 @@ class LockedTokenizer:
     def encode_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids of `texts`, no special tokens: what `tok(texts, add_special_tokens=False)["input_ids"]`
         gives, through the Rust backend's batch call without offsets and without the transformers wrapper
-        (about 3x faster: the verifier's hot path). tests/test_lm_corpus.py checks both agree."""
+        (about 3x faster: the verifier's hot path). tests/evaluation/test_lm_corpus.py checks both agree."""
         return encode_ids(self._tok, texts, self._lock)
 
 

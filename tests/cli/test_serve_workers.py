@@ -83,7 +83,7 @@ def test_serve_logs_the_warning(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("workers, serial", [(2, True), (1, False)])
 def test_serve_computes_in_calling_threads_only_with_several_workers(tmp_path, monkeypatch, workers, serial):
-    """Several workers: each tokenizes and runs the kernel in its calling thread (tests/test_tokenizer_threads.py);
+    """Several workers: each tokenizes and runs the kernel in its calling thread (tests/cli/test_tokenizer_threads.py);
     one worker keeps the pools."""
     import uvicorn
 

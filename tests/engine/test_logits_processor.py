@@ -138,7 +138,7 @@ def test_repeated_contexts_draw_from_the_distribution_with_fresh_randomness():
     payloads = [{"model": 9, "user": 77}] * rows
 
     def draw(repeated: bool) -> torch.Tensor:
-        # mid-response (no opening gate: its own test is tests/test_opening.py)
+        # mid-response (no opening gate: its own test is tests/gpu/test_opening.py)
         proc = HeroLogitsProcessor(profile, ks, payloads, generator=torch.Generator().manual_seed(1), opening_nats=0)
         proc.prompt_length = 4  # the context (last h of 1, 2, 3, 4) lies inside the continuation
         if repeated:

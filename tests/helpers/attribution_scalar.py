@@ -1,6 +1,6 @@
 """Oracle for tests: the attribution decision as it was written before it was batched (engine/attribution.py
 until f6e85fc), one region and one cell at a time with the scalar tails of engine/stats.py. The batched
-engine must give every text the verdict this gives it (tests/test_attribution_batch.py). Data types and
+engine must give every text the verdict this gives it (tests/engine/test_attribution_batch.py). Data types and
 constants are the engine's; the algorithm here is deliberately the old, independent one.
 """
 

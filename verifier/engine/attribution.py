@@ -242,7 +242,7 @@ def posterior_on_device(scores: Tensor, n: np.ndarray, winners: np.ndarray,
                         bits: int) -> tuple[np.ndarray, list[list[float | None]]]:
     """`posterior_batch` and `_bit_confidence` on the scores' device (CUDA): scores [D, cells, C] float64 stay
     there, only the confidences [D] and bit masses [D, cells, bits] cross. Same formulas in float64; the
-    figures agree with the host's to about 1e-12 (tests/test_device_reduction.py), the released values and
+    figures agree with the host's to about 1e-12 (tests/gpu/test_device_reduction.py), the released values and
     statuses do not depend on them. The host's are bit-stable per text; these may move in the last bits with
     the batch's shape (the device's reductions are shape-dependent)."""
     dev = scores.device

@@ -4,7 +4,7 @@ Decoding searches all 2^b values of a level, so its p-value pays for the maximum
 about one value (a moderator: "is this from model 37?") gets the tail of that value's own score instead:
 p = Q(n, S_v), the smallest over the key versions held times their number. Under the null (text not made
 with v: human text or another value) v's evidence is pure Exp(1) per scored token (spec 13.3), so the
-p-value is uniform (tests/test_expected.py); with the mark it is far smaller than the search's.
+p-value is uniform (tests/engine/test_expected.py); with the mark it is far smaller than the search's.
 
 Per-value levels only (spec v3's public level, v2's private ones): a segmented level's value shares its
 segment values with others (4 of them per 2-bit segment), so another model's text would carry evidence for

@@ -92,7 +92,7 @@ def to_p(log_p: float) -> float:
 
 
 # -- the same functions over arrays (a batch of texts, regions and cells at once) ----------------------------
-# Element for element they compute what the scalar functions above compute (tests/test_stats.py checks it):
+# Element for element they compute what the scalar functions above compute (tests/engine/test_stats.py checks it):
 # the batch decision (engine/attribution.py) must not depend on how many texts share a call.
 
 

@@ -18,7 +18,7 @@ T = sum_t w_t Y_t with Y_t = -log U_t, w_t = 1/p_t - 1, small under the mark: `w
 Tails: saddlepoint (Lugannani-Rice in Barndorff-Nielsen's r* form, in log space so 1e-300 tails keep their
 digits): with s^ solving K'(s^) = x, r = sign(s^) sqrt(2 (s^ x - K(s^))), u = s^ sqrt(K''(s^)),
 r* = r + log(u / r) / r; P[T >= x] ~ 1 - Phi(r*). Exact Gamma when the weights are
-all equal. tests/test_weighted_stats.py checks the tail against Monte Carlo (within 10 % at 1e-4) and
+all equal. tests/engine/test_weighted_stats.py checks the tail against Monte Carlo (within 10 % at 1e-4) and
 the p-values for uniformity on human and wrong-key texts.
 """
 

@@ -7,7 +7,7 @@ value, so the null law of each candidate's statistic is known and the p-values s
 release rules (decoded / absent / mixed, regions, thresholds) are engine/attribution.py's, applied to the
 weighted tails. Model-aware scoring (`scoring: "model-aware"`) takes the weights from the profile's LM
 re-run over the text (verifier/engine/model_aware.py, `Weighting`); equal weights reproduce the model-free
-p-values (tests/test_weighted_stats.py).
+p-values (tests/engine/test_weighted_stats.py).
 
 Per-token evidence comes from the same kernel with one window per scored token (as
 `Decoder.token_evidence` does), so every backend's bit-exact evidence is what is weighted.

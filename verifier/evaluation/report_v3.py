@@ -175,7 +175,7 @@ def _false_attribution(att: dict) -> list[str]:
     if seen:
         L.append(
             "A wrong value on a watermarked text is what the release rule bounds (spec 13.3: at most about 2 alpha "
-            f"per text and level, alpha = {ALPHA:g}); `tests/test_weighted_stats.py` checks that bound for the "
+            f"per text and level, alpha = {ALPHA:g}); `tests/engine/test_weighted_stats.py` checks that bound for the "
             "weighted statistic (synthetic short texts, noisy weights) and its saddlepoint tail to 1e-10. Where a "
             "wrong value was seen, how likely that many are at the bound itself (binomial upper tail at 2 alpha): "
             + "; ".join(f"{label}: {k}/{n}, P = {binom.sf(k - 1, n, 2 * ALPHA):.2g}" for label, k, n in seen)
@@ -212,7 +212,7 @@ def _calibration(att: dict) -> list[str]:
             f"\nModel-aware p-values are the `{UNION}`'s: the smallest tail over its {readings} readings times "
             f"{readings} (spec 16.5-16.6), a union bound: valid (P[p <= t] <= t) and up to {readings} times "
             "conservative, so a KS test against Uniform(0, 1) rejects them by design, not from a calibration "
-            "fault (`tests/test_weighted_stats.py` checks both bounds under the null; the model-free p-values "
+            "fault (`tests/engine/test_weighted_stats.py` checks both bounds under the null; the model-free p-values "
             "above are exact).")
     L.append("")
     return L if seen else []

@@ -5,13 +5,17 @@
         [r] = hero.verify(["some text"])
         r.watermarked, r.p_value, r.levels[0].fields
 
-Retries 429 and 503 (and connection errors) with backoff, honouring `Retry-After`. No FastAPI, SQLAlchemy
+Retries 429 and 503 with backoff, honouring `Retry-After`, and transport errors only where a retry cannot
+do a thing twice: a connection never made, a GET, or a POST /v1/jobs carrying its `Idempotency-Key` (one per
+`submit_job` call, so a retry after a lost answer names the job the first attempt made). No FastAPI, SQLAlchemy
 or settings import: install it anywhere.
 """
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -156,13 +160,17 @@ class HeroClient:
     def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         attempt = 0
         extra_headers = kw.pop("headers", {})
+        # Safe to send again after a transport error: GET, or a request the service deduplicates by its key. A
+        # connection that was never made (or a pool timeout) sent nothing, so any request may go again then.
+        replayable = method in ("GET", "HEAD") or "Idempotency-Key" in extra_headers
         while True:
             token = self._token() if callable(self._token) else self._token
             headers = {"Authorization": f"Bearer {token}", **extra_headers}
             try:
                 resp = self._client.request(method, path, headers=headers, **kw)
-            except httpx.TransportError:
-                if attempt >= self.max_retries:
+            except httpx.TransportError as exc:
+                unsent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+                if attempt >= self.max_retries or not (replayable or unsent):
                     raise
                 resp = None
             if resp is not None and resp.status_code not in RETRY_STATUSES:
@@ -193,27 +201,68 @@ class HeroClient:
         data = self._request("POST", "/v1/verify", json=body).json()
         return [VerifyResult.from_json(r) for r in data["results"]]
 
-    def submit_job(self, texts: Sequence[str], max_level: int | None = None) -> str:
-        """POST /v1/jobs: the job id (decoding runs on the service's workers)."""
+    def submit_job(self, texts: Sequence[str], max_level: int | None = None,
+                   idempotency_key: str | None = None) -> str:
+        """POST /v1/jobs: the job id (decoding runs on the service's workers). Sent with an `Idempotency-Key` (a
+        new UUID unless given), so the retries after a lost answer make one job, not several."""
         body: dict[str, Any] = {"texts": list(texts)}
         if max_level is not None:
             body["max_level"] = max_level
-        return str(self._request("POST", "/v1/jobs", json=body).json()["job_id"])
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        return str(self._request("POST", "/v1/jobs", json=body, headers=headers).json()["job_id"])
 
     def job(self, job_id: str) -> Job:
         """GET /v1/jobs/{id}: status, progress and, once done, the results."""
         return Job.from_json(self._request("GET", f"/v1/jobs/{job_id}").json())
 
+    def result_pages(self, job_id: str, *, limit: int = 1000, cursor: str | None = None) -> Iterator[dict[str, Any]]:
+        """GET /v1/jobs/{id}/results, following `next_cursor`: each page as served (`results` with their
+        `index`, `next_cursor`, the page read's `receipt`). The job must be done (else HeroAPIError 409)."""
+        while True:
+            params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor is not None else {})}
+            page = self._request("GET", f"/v1/jobs/{job_id}/results", params=params).json()
+            yield page
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                return
+
+    def stream_results(self, job_id: str) -> Iterator[dict[str, Any]]:
+        """The job's results as one NDJSON stream (each a result dict with its `index`), checked complete: the
+        trailer line's count must match (a stream cut short raises HeroAPIError)."""
+        token = self._token() if callable(self._token) else self._token
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/x-ndjson"}
+        with self._client.stream("GET", f"/v1/jobs/{job_id}/results", headers=headers) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise HeroAPIError(resp.status_code, str(resp.json().get("detail", "")))
+            n = 0
+            for line in resp.iter_lines():
+                if not line:
+                    continue
+                doc = json.loads(line)
+                if doc.get("end") is True:
+                    if doc.get("count") != n:
+                        raise HeroAPIError(502, f"stream ended after {n} of {doc.get('count')} results")
+                    return
+                n += 1
+                yield doc
+        raise HeroAPIError(502, f"stream cut short after {n} results")
+
     def iter_results(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float = 3600.0) -> Iterator[VerifyResult]:
-        """Wait for the job, then yield its results in input order. Raises HeroAPIError if the job failed."""
+        """Wait for the job, then yield its results in input order, page by page. Raises HeroAPIError if the job
+        failed."""
         deadline = time.monotonic() + timeout_s
         while True:
-            j = self.job(job_id)
-            if j.status == "failed":
-                raise HeroAPIError(500, f"job {job_id} failed: {j.error or 'unknown error'}")
-            if j.status == "done" and j.results is not None:
-                yield from j.results
+            j = self._request("GET", f"/v1/jobs/{job_id}", params={"results": "false"}).json()
+            status = str(j["status"])
+            if status == "failed":
+                raise HeroAPIError(500, f"job {job_id} failed: {j.get('error') or 'unknown error'}")
+            if status == "done":
+                for page in self.result_pages(job_id):
+                    yield from (VerifyResult.from_json({k: v for k, v in r.items() if k != "index"})
+                                for r in page["results"])
                 return
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job_id} not done after {timeout_s} s ({j.done}/{j.total})")
+                raise TimeoutError(f"job {job_id} not done after {timeout_s} s "
+                                   f"({j['progress']['done']}/{j['progress']['total']})")
             self._sleep(poll_s)

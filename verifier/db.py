@@ -32,9 +32,13 @@ class Base(DeclarativeBase):
 SQLITE_SYNCHRONOUS = ("FULL", "NORMAL")
 
 
-def make_engine(url: str, sqlite_synchronous: str = "FULL") -> Engine:
+def make_engine(url: str, sqlite_synchronous: str = "FULL", *, pool_size: int = 10, max_overflow: int = 20,
+                pgbouncer: bool = False) -> Engine:
     """`sqlite_synchronous`: FULL (default) fsyncs the WAL at every commit; NORMAL does not (a commit survives a
-    crash of the process, not of the machine: docs/performance.md), which makes a commit ~10x cheaper."""
+    crash of the process, not of the machine: docs/performance.md), which makes a commit ~10x cheaper.
+    PostgreSQL: `pool_size` + `max_overflow` connections per process (HERO_DB_POOL_SIZE / HERO_DB_MAX_OVERFLOW);
+    `pgbouncer`: no server-side prepared statements (psycopg's `prepare_threshold=None`), which PgBouncer's
+    transaction pooling would hand to another backend."""
     if sqlite_synchronous not in SQLITE_SYNCHRONOUS:
         raise ValueError(f"sqlite synchronous must be one of {SQLITE_SYNCHRONOUS}")
     u = make_url(url)
@@ -63,7 +67,8 @@ def make_engine(url: str, sqlite_synchronous: str = "FULL") -> Engine:
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("hero_snapshot") else "BEGIN IMMEDIATE")
 
         return engine
-    engine = create_engine(u, pool_size=10, max_overflow=20)
+    connect_args = {"prepare_threshold": None} if pgbouncer and u.get_driver_name() == "psycopg" else {}
+    engine = create_engine(u, pool_size=pool_size, max_overflow=max_overflow, connect_args=connect_args)
     _ping_when_idle(engine)
     return engine
 
@@ -113,9 +118,10 @@ def driver_sql(dialect: str, sql: str) -> str:
 class Database:
     """Engine + session factory for one URL."""
 
-    def __init__(self, url: str, sqlite_synchronous: str = "FULL") -> None:
+    def __init__(self, url: str, sqlite_synchronous: str = "FULL", **pool) -> None:
+        """`pool`: `make_engine`'s PostgreSQL pool options (pool_size, max_overflow, pgbouncer)."""
         self.url = url
-        self.engine = make_engine(url, sqlite_synchronous)
+        self.engine = make_engine(url, sqlite_synchronous, **pool)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._snapshot_engine = self.engine.execution_options(hero_snapshot=True)
 

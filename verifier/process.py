@@ -34,7 +34,8 @@ def open_database(settings: Settings, *, check: bool = False) -> Database:
     private_dir(settings.home)
     if settings.should_auto_migrate:
         upgrade(settings.db_url)
-    db = Database(settings.db_url, settings.sqlite_synchronous)
+    db = Database(settings.db_url, settings.sqlite_synchronous, pool_size=settings.db_pool_size,
+                  max_overflow=settings.db_max_overflow, pgbouncer=settings.db_pgbouncer)
     if check:
         check_schema(db)
     return db

@@ -114,9 +114,14 @@ class RedisCounter(WindowCounter):
     """Moving windows shared through Redis (each check-and-take is one Lua script)."""
 
     def __init__(self, url: str) -> None:
-        from limits.storage import RedisStorage
+        """`url`: redis://, rediss://, redis+sentinel://host:port/service or redis+cluster://host:port,... (the
+        `limits` storage each scheme names, through its `storage_from_string`)."""
+        from limits.storage import MovingWindowSupport, storage_from_string
 
-        super().__init__(RedisStorage(url, socket_timeout=2, socket_connect_timeout=2))
+        storage = storage_from_string(url, socket_timeout=2, socket_connect_timeout=2)
+        if not isinstance(storage, MovingWindowSupport):
+            raise ValueError("HERO_RATE_LIMIT_URL: the storage has no moving windows")
+        super().__init__(storage)
 
     def charge(self, buckets: Sequence[Bucket], n: int, now: float) -> Bucket | None:
         return self._guard(super().charge, buckets, n, now)

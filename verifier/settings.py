@@ -101,6 +101,18 @@ class Settings(BaseSettings):
     job_stale_seconds: float = Field(default=120.0, gt=0)  # re-enqueue a job untouched for this long
     job_recover_interval_seconds: float = Field(default=30.0, gt=0)
     job_max_attempts: int = Field(default=5, ge=1)
+    # A job becomes min(its batches, this) drain messages, so every free worker takes part (each claims batches
+    # under SKIP LOCKED; an item is still stored and audited once)
+    job_fanout_max: int = Field(default=16, ge=1, le=1024)
+    # `hero worker` serves Prometheus metrics on this port (its prefork children merged; pending-items and
+    # oldest-job gauges read from the database at scrape time); unset: none. Bound to HERO_WORKER_METRICS_HOST.
+    worker_metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    worker_metrics_host: str = "127.0.0.1"
+    # PostgreSQL connection pool per process (SQLAlchemy); HERO_DB_PGBOUNCER=1 for PgBouncer's transaction
+    # pooling: no server-side prepared statements (psycopg prepare_threshold=None)
+    db_pool_size: int = Field(default=10, ge=1, le=1000)
+    db_max_overflow: int = Field(default=20, ge=0, le=1000)
+    db_pgbouncer: bool = False
     broker_visibility_timeout: int = Field(default=3600, ge=1)
     worker_device: str = "auto"  # auto: cuda when available, else cpu (Celery workers and the in-process drain)
     # auth: a token whose role has metrics.read; default: public in dev mode, auth otherwise. A public /metrics

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from verifier import tracing
 from verifier.jobs.queue import make_celery
+from verifier.keys.bootstrap import require_secrets
 from verifier.settings import get_settings
 
 settings = get_settings()
+require_secrets(settings, log_key=False)  # outside dev mode: never a KEK of this worker's own
 tracing.configure(settings, "hero-worker")  # a drain's spans continue the trace of the POST that queued it
 app = make_celery(settings, include=["workers.tasks"])

@@ -8,6 +8,7 @@ from functools import partial
 from celery.signals import worker_ready
 
 from verifier import tracing
+from verifier.jobs.dispatch import fanout
 from verifier.jobs.drain import drain
 from verifier.jobs.queue import DRAIN_TASK, send_drain
 from verifier.jobs.recovery import recovery_loop
@@ -32,7 +33,18 @@ _stop = threading.Event()
 
 
 @worker_ready.connect
+def _start_metrics(**_kw) -> None:
+    """/metrics of this worker (HERO_WORKER_METRICS_PORT): its counters and the job queue's gauges."""
+    if settings.worker_metrics_port is None:
+        return
+    from verifier.jobs.observe import serve_worker_metrics
+
+    serve_worker_metrics(open_database(settings), settings.worker_metrics_port, settings.worker_metrics_host)
+
+
+@worker_ready.connect
 def _start_recovery(**_kw) -> None:
+    parts = partial(fanout, batch_size=settings.job_batch_size, most=settings.job_fanout_max)
     loop = partial(recovery_loop, open_database(settings), settings.job_stale_seconds,
-                   settings.job_recover_interval_seconds, partial(send_drain, app), _stop)
+                   settings.job_recover_interval_seconds, partial(send_drain, app), _stop, parts)
     threading.Thread(target=loop, name="hero-recover", daemon=True).start()

@@ -63,6 +63,10 @@ def service_factory(hero_home: Path, cls: type[Service] = Service) -> Iterator[C
 
     def factory(url: str, **kw) -> Service:
         settings = make_settings(hero_home, url, **kw)
+        if not settings.dev_mode:  # production settings start only with the secrets `hero kek init` makes
+            from verifier.keys.bootstrap import init_secrets
+
+            init_secrets(settings)
         app = create_app(settings, tokenizer_loader=cached_tokenizer_loader)
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()

@@ -526,10 +526,19 @@ RESULT_DIGEST_KEY = "result_sha256"
 
 
 def result_digest(result: dict) -> str:
-    """SHA-256 of a released result as served (its JSON object, the `receipt` key left out) in canonical JSON.
+    """SHA-256 of a released result as served (its JSON object, the `receipt` key left out) in RFC 8785 (JCS)
+    canonical JSON, which JavaScript's or Go's serializers recompute (Python's `json` writes `1e-07` where JCS
+    and ECMAScript write `1e-7`).
 
     The service writes it into the result's audit event (`detail`: `result_sha256=<hex>`), so the receipt's leaf
     commits to exactly what was released: a result with any field changed no longer matches it."""
+    import rfc8785
+
+    return hashlib.sha256(rfc8785.dumps({k: v for k, v in result.items() if k != "receipt"})).hexdigest()
+
+
+def legacy_result_digest(result: dict) -> str:
+    """The digest receipts issued before JCS bind (sorted-key ASCII JSON of Python's `json`): still accepted."""
     return hashlib.sha256(canonical({k: v for k, v in result.items() if k != "receipt"})).hexdigest()
 
 
@@ -602,8 +611,8 @@ def verify_receipt(
         if bound is None:
             raise TransparencyError("receipt does not bind a result")
         try:
-            same = isinstance(result, dict) and bound == result_digest(result)
-        except (TypeError, ValueError):  # not JSON data
+            same = isinstance(result, dict) and bound in (result_digest(result), legacy_result_digest(result))
+        except (TypeError, ValueError):  # not JSON data (rfc8785's errors are ValueErrors)
             same = False
         if not same:
             raise TransparencyError("receipt is about a different result")

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kek": ("verifier.cli.serve", "key-encryption keys (wrap the per-row data keys)"),
     "bench": ("verifier.cli.bench", "measure decode / generation throughput (prints one JSON line)"),
     "worker": ("verifier.cli.worker", "start a Celery decode worker (HERO_BROKER_URL, HERO_DATABASE_URL)"),
+    "jobs": ("verifier.cli.jobs", "decode jobs on a running service (HERO_URL, HERO_TOKEN): submit, status, results"),
     "eval": ("verifier.cli.evaluate", "evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)"),
     "providers": ("verifier.cli.providers", "register / list / revoke generation providers (sealed key bundles)"),
 }

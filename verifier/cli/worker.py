@@ -16,12 +16,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> None:
+    import workers  # noqa: F401  (first: the metrics sample directory, before prometheus_client is imported)
+    from verifier.keys.bootstrap import require_secrets
     from verifier.logs import configure_logging
     from verifier.settings import get_settings
 
     settings = get_settings()  # the same object workers.app builds its Celery app from
     if not settings.broker_url:
         raise RuntimeError("HERO_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
+    require_secrets(settings, log_key=False)  # workers unwrap job keys; they sign no checkpoints
     configure_logging(settings.log_level)
     from workers.app import app
 

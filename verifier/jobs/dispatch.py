@@ -21,12 +21,17 @@ from verifier.settings import Settings
 log = logging.getLogger("hero.jobs")
 
 
+def fanout(items: int, batch_size: int, most: int) -> int:
+    """How many drain messages a job of `items` texts becomes: one per batch, at most `most`."""
+    return max(1, min(-(-items // max(1, batch_size)), most))
+
+
 class Dispatcher(Protocol):
     backend: str
 
     def start(self) -> None: ...
 
-    def submit(self, job_id: str) -> None: ...
+    def submit(self, job_id: str, parts: int = 1) -> None: ...
 
     def ping(self) -> None: ...
 
@@ -52,7 +57,8 @@ class InProcessDispatcher:
         if ids:
             log.info("resuming unfinished jobs", extra={"jobs": len(ids)})
 
-    def submit(self, job_id: str) -> None:
+    def submit(self, job_id: str, parts: int = 1) -> None:
+        """`parts` is ignored: one thread drains (the drains of a job would only take turns here)."""
         fut = self._pool.submit(self._run, job_id)
         with self._lock:
             self._futures = [f for f in self._futures if not f.done()] + [fut]
@@ -99,10 +105,11 @@ class CeleryDispatcher:
     def start(self) -> None:
         return None  # workers re-enqueue stale jobs (verifier.jobs.recovery, started by workers/tasks.py)
 
-    def submit(self, job_id: str) -> None:
+    def submit(self, job_id: str, parts: int = 1) -> None:
+        """`parts` drain messages (`verifier.jobs.queue.fanout`): as many workers as there are drain the job."""
         from verifier.jobs.queue import send_drain
 
-        send_drain(self.app, job_id)
+        send_drain(self.app, job_id, parts=parts)
 
     def ping(self) -> None:
         if self.url.split("://", 1)[0] not in ("redis", "rediss"):  # another Celery transport (e.g. sqla+...)

@@ -13,6 +13,7 @@ class JobRow(Base):
     __table_args__ = (
         CheckConstraint("status IN ('queued', 'running', 'done', 'failed')", name="ck_hero_jobs_status"),
         Index("ix_hero_jobs_status_updated", "status", "updated_at"),
+        UniqueConstraint("owner_iss", "owner_sub", "role", "idempotency_key", name="uq_hero_jobs_idempotency"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -33,6 +34,8 @@ class JobRow(Base):
     kek_id: Mapped[str] = mapped_column(String(64), nullable=False)
     wrapped_dek: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     keys_handed: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON {level: [versions]}, no bytes
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)  # per owner (migration 0009)
+    request_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)  # of the request the key made
 
     def __repr__(self) -> str:
         return f"JobRow(id={self.id!r}, status={self.status!r}, done={self.done}/{self.total})"

@@ -46,6 +46,9 @@ def make_celery(settings: Settings, include: Sequence[str] = ()) -> Celery:
     return app
 
 
-def send_drain(app: Celery, job_id: str, countdown: float | None = None) -> None:
-    """Publish one drain message: {"job_id": ...} only."""
-    app.send_task(DRAIN_TASK, kwargs={"job_id": job_id}, queue=QUEUE, retry=False, countdown=countdown)
+def send_drain(app: Celery, job_id: str, countdown: float | None = None, parts: int = 1) -> None:
+    """Publish `parts` drain messages for the job: {"job_id": ...} only. Each message's drain claims batches
+    under SKIP LOCKED until none is left, so `parts` free workers share one job; the drains are idempotent (an
+    item is stored and audited once, by the claim that still holds it)."""
+    for _ in range(max(1, parts)):
+        app.send_task(DRAIN_TASK, kwargs={"job_id": job_id}, queue=QUEUE, retry=False, countdown=countdown)

@@ -188,6 +188,11 @@ def unfinished_job_ids(s: Session, limit: int) -> list[str]:
     return list(s.scalars(q))
 
 
+def items_left(s: Session, ids: Sequence[str]) -> dict[str, int]:
+    q = select(JobRow.id, JobRow.total - JobRow.done).where(JobRow.id.in_(list(ids)))
+    return {r[0]: int(r[1]) for r in s.execute(q)}
+
+
 def mark_enqueued(s: Session, ids: Sequence[str], now: float) -> None:
     s.execute(update(JobRow).where(JobRow.id.in_(ids)).values(enqueued_at=now))
 
@@ -195,6 +200,22 @@ def mark_enqueued(s: Session, ids: Sequence[str], now: float) -> None:
 def results_in_order(s: Session, job_id: str) -> list[str | None]:
     q = select(JobItemRow.result).where(JobItemRow.job_id == job_id).order_by(JobItemRow.idx)
     return list(s.scalars(q))
+
+
+def results_page(s: Session, job_id: str, start: int, limit: int) -> list[tuple[int, str | None]]:
+    """(idx, result) of items start.. in input order, at most `limit` (a range on the (job_id, idx) key)."""
+    q = (select(JobItemRow.idx, JobItemRow.result)
+         .where(JobItemRow.job_id == job_id, JobItemRow.idx >= start).order_by(JobItemRow.idx).limit(limit))
+    return [(int(r[0]), r[1]) for r in s.execute(q)]
+
+
+def job_for_key(s: Session, owner: tuple[str, str, str], key: str) -> tuple[str, str | None] | None:
+    iss, sub, role = owner
+    row = s.execute(
+        select(JobRow.id, JobRow.request_sha256).where(
+            JobRow.owner_iss == iss, JobRow.owner_sub == sub, JobRow.role == role, JobRow.idempotency_key == key)
+    ).first()
+    return None if row is None else (row[0], row[1])
 
 
 def keys_handed_json(s: Session, job_id: str) -> str | None:

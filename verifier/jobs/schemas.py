@@ -46,6 +46,22 @@ class JobListOut(BaseModel):
     next_offset: int | None = Field(description="offset of the next page; null on the last page")
 
 
+class IndexedResult(ResultOut):
+    index: int = Field(description="the text's position in the job's input (0-based)")
+
+
+class JobResultsPage(BaseModel):
+    """One page of a done job's results (GET /v1/jobs/{job_id}/results)."""
+
+    job_id: str
+    total: int = Field(description="texts in the job")
+    results: list[IndexedResult] = Field(description="in input order, from the cursor on")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null after the last")
+    receipt: ReceiptOut | None = Field(
+        default=None, description="transparency-log receipt of this page's read (`jobs.read` event)"
+    )
+
+
 class JobOut(JobState):
     results: list[ResultOut] | None = Field(description="in input order, once status is done (as /v1/verify)")
     receipt: ReceiptOut | None = Field(

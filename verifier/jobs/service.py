@@ -12,6 +12,7 @@ transaction.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import time
@@ -23,6 +24,7 @@ from verifier.audit import merkle
 from verifier.audit.service import AuditEvent, AuditUnavailable, append, append_or_fail, text_digest
 from verifier.auth.principal import Principal
 from verifier.db import Database
+from verifier.errors import Conflict, InvalidInput
 from verifier.jobs import repository as repo
 from verifier.jobs.models import JobRow
 from verifier.jobs.repository import FINAL, ItemRef
@@ -81,7 +83,11 @@ def create_job(
     alpha: float,
     texts: Sequence[str],
     owner_iss: str = "",
+    idempotency_key: str | None = None,
+    request_sha256: str | None = None,
 ) -> str:
+    """The new job's id. With `idempotency_key`, a second job of the same owner and key cannot be stored (the
+    unique constraint raises IntegrityError: see `job_for_key`)."""
     job_id = str(uuid.uuid4())
     key = new_data_key(kek, _job_aad(job_id))
     now = time.time()
@@ -95,12 +101,24 @@ def create_job(
             JobRow(
                 id=job_id, owner_sub=owner_sub, owner_iss=owner_iss, role=role, jti=jti, max_level=max_level,
                 profile=profile, alpha=alpha, status="queued", total=len(texts), done=0, created_at=now, updated_at=now,
-                kek_id=key.kek_id, wrapped_dek=key.wrapped,
+                kek_id=key.kek_id, wrapped_dek=key.wrapped, idempotency_key=idempotency_key,
+                request_sha256=request_sha256,
             )
         )
         s.flush()
         repo.insert_items(s, items)
     return job_id
+
+
+def request_digest(texts: Sequence[str], max_level: int | None) -> str:
+    """What an `Idempotency-Key` is bound to: the texts and the level asked for (a retry sends the same)."""
+    return hashlib.sha256(json.dumps([list(texts), max_level], ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def job_for_key(db: Database, owner: tuple[str, str, str], key: str) -> tuple[str, str | None] | None:
+    """(job id, request digest) of the job `owner` = (issuer, subject, role) made with `key`, or None."""
+    with db.session() as s:
+        return repo.job_for_key(s, owner, key)
 
 
 def job_key(kek: KekProvider, job: JobInfo) -> bytes:
@@ -212,6 +230,12 @@ def stale_jobs(db: Database, stale_s: float, limit: int = 100) -> list[str]:
     return ids
 
 
+def items_left(db: Database, ids: Sequence[str]) -> dict[str, int]:
+    """Items not yet stored (total - done) of each job named."""
+    with db.session() as s:
+        return repo.items_left(s, ids)
+
+
 def unfinished_jobs(db: Database, limit: int = 10_000) -> list[str]:
     """Jobs queued or running, oldest first (what a restarted in-process dispatcher resumes)."""
     with db.session() as s:
@@ -234,6 +258,40 @@ def status_doc(job: JobRow) -> dict:
     return {"job_id": job.id, "status": job.status, "progress": {"total": job.total, "done": job.done},
             "max_level": job.max_level, "created_at": _iso(job.created_at), "updated_at": _iso(job.updated_at),
             "error": job.error}
+
+
+def read_results(
+    db: Database, job_id: str, reader: Principal, start: int, limit: int, signer=None, interval_s: float = 0.0,
+    *, receipt: bool = True,
+) -> dict | None:
+    """One page of a done job's results for `reader`: items start .. start+limit-1 (input order), each with its
+    `index`, and `next_cursor` (None after the last). None: unknown job or not the reader's (as `read_job`).
+    Every page is audited (`jobs.read`, naming the range) and carries that event's receipt; `receipt=False`
+    (the NDJSON stream's later pages) appends the event only. A job not done yet: Conflict (409)."""
+    with db.session() as s:
+        owner = repo.owner_of(s, job_id)
+        if owner is None or not may_read(owner, reader):
+            return None
+        job = s.get(JobRow, job_id)
+        assert job is not None
+        if job.status != "done":
+            raise Conflict(f"job is {job.status}: results are read once it is done")
+        if start > job.total:
+            raise InvalidInput("cursor is past the job's last result")
+        rows = repo.results_page(s, job_id, start, limit)
+        results = [{"index": idx, **json.loads(r)} for idx, r in rows]  # type: ignore[arg-type]
+        end = start + len(results)
+        event = AuditEvent.of(reader.actor, "jobs.read", range(1, job.max_level + 1),
+                              detail=f"job {job_id}: results {start}..{end - 1} of {job.total}")
+        appended = append_or_fail(s, [event])
+        doc: dict = {"job_id": job_id, "total": job.total, "results": results,
+                     "next_cursor": str(end) if end < job.total else None, "receipt": None}
+        if receipt and signer is not None:
+            try:
+                doc["receipt"] = merkle.receipts(s, signer, appended, interval_s)[0]
+            except Exception as exc:  # no receipt, no results
+                raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
+        return doc
 
 
 def keys_handed(db: Database, job_id: str) -> dict[int, list[str]]:
@@ -260,7 +318,8 @@ def list_jobs(db: Database, reader: Principal, limit: int, offset: int = 0) -> l
         return [{**status_doc(j), "subject": j.owner_sub, "role": j.role} for j in rows]
 
 
-def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval_s: float = 0.0) -> dict | None:
+def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval_s: float = 0.0,
+             *, results: bool = True) -> dict | None:
     """The job's status document for `reader`, or None (unknown job and someone else's job look the same).
 
     One transaction: the owner check reads four columns before anything else is loaded (so timing does not
@@ -273,11 +332,14 @@ def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval
             return None
         job = s.get(JobRow, job_id)
         assert job is not None
-        results = [json.loads(r) for r in repo.results_in_order(s, job_id)] if job.status == "done" else None  # type: ignore[arg-type]
-        doc: dict = {**status_doc(job), "results": results, "receipt": None}
-        if results is not None:
+        released = (
+            [json.loads(r) for r in repo.results_in_order(s, job_id)]  # type: ignore[arg-type]
+            if results and job.status == "done" else None
+        )
+        doc: dict = {**status_doc(job), "results": released, "receipt": None}
+        if released is not None:
             event = AuditEvent.of(reader.actor, "jobs.read", range(1, job.max_level + 1),
-                                  detail=f"job {job_id}: {len(results)} results")
+                                  detail=f"job {job_id}: {len(released)} results")
             rows = append_or_fail(s, [event])
             if signer is not None:
                 try:

@@ -1,0 +1,101 @@
+"""What a Celery worker shows Prometheus: its counters (every prefork child's, merged) and the queue's state.
+
+`hero worker` (any `celery -A workers.app worker`) with HERO_WORKER_METRICS_PORT serves /metrics from its main
+process. Counters and histograms are multiprocess-safe: `workers/__init__.py` points PROMETHEUS_MULTIPROC_DIR at
+a private directory of this worker before prometheus_client is imported, so the children write their samples
+there and a scrape merges them. The queue gauges are read from the database at scrape time, the same numbers
+on every worker (the work of every job, not of the messages in the broker): what an autoscaler (KEDA) and
+the alert rules in deploy/monitoring/ read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+
+from verifier import metrics
+from verifier.db import Database
+from verifier.jobs.models import JobRow
+from verifier.jobs.repository import UNFINISHED
+
+log = logging.getLogger("hero.worker")
+
+PENDING = "hero_job_items_pending"
+OLDEST = "hero_job_oldest_pending_age_seconds"
+
+
+class JobQueueCollector(Collector):
+    """Gauges over unfinished (queued or running) jobs, one query per scrape: items not yet stored, the age of
+    the oldest such job, how many there are; and whether the database answered (`hero_worker_db_up`)."""
+
+    def __init__(self, db: Database, clock=time.time) -> None:
+        self.db = db
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("hero_worker_db_up", "1 when the last scrape could read the job tables")
+        try:
+            with self.db.snapshot() as s:
+                jobs, left, oldest = s.execute(
+                    select(func.count(), func.coalesce(func.sum(JobRow.total - JobRow.done), 0),
+                           func.min(JobRow.created_at)).where(JobRow.status.in_(UNFINISHED))
+                ).one()
+        except Exception as exc:  # the database is down: say so, keep serving the counters
+            log.warning("job gauges unavailable", extra={"error": exc.__class__.__name__})
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield GaugeMetricFamily(PENDING, "Items of unfinished jobs not yet stored (pending or claimed)",
+                                value=float(left))
+        yield GaugeMetricFamily(OLDEST, "Age of the oldest unfinished job (0 when none)",
+                                value=max(0.0, self.clock() - float(oldest)) if oldest is not None else 0.0)
+        yield GaugeMetricFamily("hero_jobs_unfinished", "Jobs queued or running", value=float(jobs))
+
+
+class _Public:
+    """A registry's families without verifier.metrics.PRIVATE ones (as the API's public /metrics)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        private = getattr(metrics, "PRIVATE", frozenset())
+        return (f for f in self.registry.collect() if f.name not in private)
+
+
+def worker_registry(db: Database) -> CollectorRegistry:
+    """This worker's counters (every child's, in multiprocess mode) plus the queue gauges."""
+    registry = CollectorRegistry()
+    if os.environ.get(metrics.MULTIPROC_ENV):
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        from prometheus_client import REGISTRY
+
+        registry.register(_Forward(REGISTRY))
+    registry.register(JobQueueCollector(db))
+    return registry
+
+
+class _Forward(Collector):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        return self.registry.collect()
+
+
+def serve_worker_metrics(db: Database, port: int, host: str = "127.0.0.1") -> int:
+    """Start /metrics on host:port (0: any free port) on a daemon thread; the port it listens on."""
+    server, _thread = start_http_server(port, addr=host, registry=_Public(worker_registry(db)))  # type: ignore[arg-type]
+    bound = int(server.server_address[1])
+    log.info("worker metrics listening", extra={"host": host, "port": bound})
+    return bound

@@ -119,8 +119,17 @@ def test_repeated_contexts_unwatermarked_and_recorded_only_inside_continuation()
         proc(seq, scores)
         nxt = torch.tensor([[1 + (seq.shape[1] - 4) % 4]])
         seq = torch.cat([seq, nxt], dim=1)
-    # continuation contexts seen: (1,2,3,4),(2,3,4,1),(3,4,1,2),(4,1,2,3) and nothing touching the prompt
-    assert proc.seen[0] == {(1, 2, 3, 4), (2, 3, 4, 1), (3, 4, 1, 2), (4, 1, 2, 3)}
+    # continuation contexts logged: (1,2,3,4),(2,3,4,1),(3,4,1,2),(4,1,2,3) and nothing touching the prompt
+    want = _words([(1, 2, 3, 4), (2, 3, 4, 1), (3, 4, 1, 2), (4, 1, 2, 3)])
+    n = int(proc.log.counts[0])
+    assert n == 4 and sorted(map(tuple, proc.log.words[0, :n].tolist())) == sorted(map(tuple, want.tolist()))
+
+
+def _words(contexts: list[tuple[int, ...]]) -> torch.Tensor:
+    """The context log's entry of each h-gram (its packed SipHash message words)."""
+    from gpu import prf
+
+    return torch.stack(prf.context_words(torch.tensor(contexts, dtype=torch.int64)), dim=1)
 
 
 def test_repeated_contexts_draw_from_the_distribution_with_fresh_randomness():
@@ -141,8 +150,9 @@ def test_repeated_contexts_draw_from_the_distribution_with_fresh_randomness():
         # mid-response (no opening gate: its own test is tests/gpu/test_opening.py)
         proc = HeroLogitsProcessor(profile, ks, payloads, generator=torch.Generator().manual_seed(1), opening_nats=0)
         proc.prompt_length = 4  # the context (last h of 1, 2, 3, 4) lies inside the continuation
-        if repeated:
-            proc.seen = [{tuple(seq[0, -profile.context_width :].tolist())} for _ in range(rows)]
+        if repeated:  # every row has marked this context before
+            proc.log.words[:, 0] = _words([tuple(seq[0, -profile.context_width :].tolist())])
+            proc.log.counts[:] = 1
         return proc(seq, scores.clone()).argmax(dim=1)
 
     marked = draw(repeated=False)

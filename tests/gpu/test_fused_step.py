@@ -1,6 +1,6 @@
 """The fused generation step (gpu/step.py) on every backend against the reference: the frozen v1/v2 vectors,
-random cases (interleaved layouts, masked logits, float32/float64), the repeated-context rule of
-`watermark_marks`, and unmarked rows drawing the plain distribution."""
+random cases (interleaved layouts, masked logits, float32/float64), the mark rule of the reference
+(`reference.is_marked`: first h tokens, repeated contexts), and unmarked rows drawing the plain distribution."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from gpu import cpu_kernel
 from gpu.sampler import HeroSampler
 from gpu.step import ContextLog, FusedSampler
 from verifier.engine import reference as R
-from verifier.engine.generation import watermark_marks
 from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import profile_from_dict
@@ -134,15 +133,19 @@ def test_step_matches_vectors_and_reference(backend):
 
 
 def test_default_backend_on_cpu_is_native_when_built():
-    from gpu.step import pick_backend
+    from gpu.backend import select_backend
 
-    assert pick_backend(torch.zeros(1)) == ("native" if native_ok else "torch")
+    assert select_backend("cpu", native="sample_step") == ("native" if native_ok else "torch")
+    assert select_backend("cpu", native="no_such_entry_point") == "torch"  # an extension built from older source
+    assert select_backend("meta") == "torch"
+    with pytest.raises(ValueError):
+        select_backend("cpu", "fortran")
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("spec", [1, 2])
 def test_marks_follow_the_repeated_context_rule(backend, spec):
-    """Across steps, which rows are marked is exactly `watermark_marks` with Python sets (repeats unmarked,
+    """Across steps, which rows are marked is exactly the reference's `is_marked` (repeats unmarked,
     spec v2 leaves the first h tokens unmarked); the log grows past its first capacity."""
     check_marks(backend, spec)
 
@@ -160,17 +163,13 @@ def check_marks(backend: str, spec: int, slotted: bool = False, steps: int = 20)
     seen: list[set] = [set() for _ in range(b)]
     payload = torch.zeros(n, 2, 2, dtype=torch.int64)
 
-    class P:  # the fields watermark_marks reads
-        context_width = h
-        spec_version = spec
-
     for step in range(steps):
         ctx = torch.tensor([[rng.randrange(3) for _ in range(h)] for _ in range(b)])
-        want = watermark_marks(P, ctx, [step] * b, seen)
+        want = [R.is_marked(step, row, seen[i], spec) for i, row in enumerate(ctx.tolist())]
         log.ensure(step + 1)
         logits = torch.randn(b, vocab, dtype=torch.float64)
         _, marks = fs.step(logits, ctx, payload, gen, log, backend=backend, with_marks=True, slots=slots)
-        assert marks.tolist() == want.tolist(), step
+        assert marks.tolist() == want, step
     rows = slots if slotted else torch.arange(b)
     assert gen[rows].tolist() == [steps] * b
     assert log.counts[rows].tolist() == [len(s) for s in seen]

@@ -14,7 +14,8 @@ from gpu.opening import OpeningGate, token_surprisal
 from gpu.sampler import HeroSampler
 from gpu.step import ContextLog, FusedSampler
 from tests.gpu.test_fused_step import CPU_BACKENDS, has_cuda
-from verifier.engine.generation import new_opening, watermark_marks, watermark_step
+from verifier.engine import reference as R
+from verifier.engine.generation import new_opening
 from verifier.engine.profile import profile_from_dict
 
 
@@ -93,8 +94,8 @@ def _profile(spec: int):
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("slotted", [False, True])
-def test_fused_step_holds_the_same_rows_as_the_python_step(backend, slotted):
-    """Marks of the fused step with a gate == `watermark_step`'s (Python sets, its own gate) on the same logits;
+def test_fused_step_holds_the_same_rows_as_the_reference(backend, slotted):
+    """Marks of the fused step with a gate == the reference's `is_marked` with a gate of its own on the same logits;
     `generated` still counts every token; some row is held past the first h tokens (the gate did something)."""
     check_gate(backend, slotted)
 
@@ -124,16 +125,13 @@ def check_gate(backend: str, slotted: bool, device: str = "cpu") -> None:
         want = ref_gate.held(torch.full((b,), step), torch.arange(b))
         if step >= h:
             held_past_h += int(want.sum())
-        class P:
-            context_width = h
-            spec_version = 2
-
-        want_marks = watermark_marks(P, ctx, [0 if w else step for w in want.tolist()], seen)
+        want_marks = [R.is_marked(step, row, seen[i], 2, held=w)
+                      for i, (row, w) in enumerate(zip(ctx.tolist(), want.tolist(), strict=True))]
         log.ensure(step + 1)
         tokens, marks = fs.step(logits.to(device), ctx.to(device), payload, gen, log, backend=backend,
                                 with_marks=True, slots=slots, opening=gate)
         ref_gate.account(logits, tokens.cpu(), want, torch.arange(b))
-        assert marks.cpu().tolist() == want_marks.tolist(), step
+        assert marks.cpu().tolist() == want_marks, step
     assert held_past_h > 0
     assert gen[slots].tolist() == [16] * b and int(gen.sum()) == 16 * b
     assert torch.allclose(gate.need[slots].cpu(), ref_gate.need, atol=1e-5)
@@ -167,21 +165,18 @@ def test_identical_requests_stop_coinciding(backend):
     assert with_gate == 20
 
 
-def test_python_step_applies_the_gate():
-    """`watermark_step` (hero generate, the SDK) holds gated rows unmarked and accounts their surprisal."""
-    from verifier.engine.generation import make_sampler
+def test_engine_processor_applies_the_gate():
+    """`HeroLogitsProcessor` (hero generate, the SDK) holds gated rows unmarked and accounts their surprisal."""
+    from verifier.engine.generation import HeroLogitsProcessor
     from verifier.engine.keys import KeySet, derive_level_table
 
     profile = _profile(3)
     ks = KeySet(tuple(derive_level_table(bytes([lv]) * 32, profile, lv, "v") for lv in (1, 2)))
-    sampler = make_sampler(profile, ks)
-    gate = new_opening(profile, 2, nats=3.0)
-    logits = torch.zeros(2, 50)  # ln 50 = 3.9 nats a token: one fresh step opens it
-    ctx = torch.tensor([[1, 2, 3], [4, 5, 6]])
-    pay = torch.zeros(2, 2, 2, dtype=torch.int64)
-    seen: list[set] = [set(), set()]
-    watermark_step(sampler, profile, logits, ctx, pay, [5, 5], seen, None, gate)
-    assert seen == [set(), set()]  # held: fresh, nothing logged
-    assert (gate.need < 0).all()
-    watermark_step(sampler, profile, logits, ctx, pay, [6, 6], seen, None, gate)
-    assert seen == [{(1, 2, 3)}, {(4, 5, 6)}]  # open: marked, logged
+    proc = HeroLogitsProcessor(profile, ks, [{"a": 0, "b": 0}] * 2, opening_nats=3.0)
+    seq = torch.tensor([[9, 9, 9, 1, 2, 3], [9, 9, 9, 4, 5, 6]])
+    proc.prompt_length = 1  # five tokens drawn: past the first h
+    proc(seq, torch.zeros(2, profile.vocab_size))  # ln 50 = 3.9 nats a token: one fresh step opens it
+    assert proc.log.counts.tolist() == [0, 0]  # held: fresh, nothing logged
+    assert (proc.opening.need < 0).all()
+    proc(seq, torch.zeros(2, profile.vocab_size))
+    assert proc.log.counts.tolist() == [1, 1]  # open: marked, logged

@@ -1,6 +1,6 @@
 """Spec v4 design measurement: where a moderator's evidence goes on 50-token chat answers, lever by lever.
 
-Replay design (as `benchmarks/design_v2.py`): one plain sampling run of SmolLM2-135M-Instruct on chat requests
+Replay design (as `research/design_v2.py`): one plain sampling run of SmolLM2-135M-Instruct on chat requests
 (its chat template, top-k 50 / top-p 0.9, T = 1, `--tokens` new tokens, EOS suppressed) records every step's
 warped next-token distribution. For every configuration the watermarked draw is simulated from the same
 distributions: under Gumbel-max the chosen item of probability w has U = R^w (R uniform), so a level's
@@ -12,7 +12,7 @@ A level's p-value searching N values is 1 - (1 - Q(n, S))^N for the true value's
 the search with probability <= alpha, neglected); detection at p <= 1e-3, an exact value at p <= 1e-4.
 
     python benchmarks/v4_levers.py --record /tmp/v4_chat.pt --prompts 40 --tokens 100
-    python benchmarks/v4_levers.py --analyse /tmp/v4_chat.pt --json benchmarks/results/spec-v4-levers.json
+    python benchmarks/v4_levers.py --analyse /tmp/v4_chat.pt --json research/results/spec-v4-levers.json
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def test_public_only_verifier_decodes_private_bits_at_chance(corpus):
     guessed = Decoder(PROFILE, {1: [ks.tables[0]], 2: [guess]}).decode_ids(ids)
     assert all(r.levels[1].status == "absent" and r.levels[1].fields == {"level2": None} for r in guessed)
     assert all(r.levels[1].confidence == 0.0 for r in guessed)
-    # The p-values are null ones (benchmarks/calibration_foreign_level2.py: uniform over 180,000 such texts).
+    # The p-values are null ones (research/calibration_foreign_level2.py: uniform over 180,000 such texts).
     # p <= 1e-4 among 180 texts happens in ~2 % of runs, twice in ~2e-4 (seen once in CI), three times in ~1e-6.
     p2 = np.array([r.levels[1].p_value for r in guessed])
     assert (p2 <= 1e-4).sum() <= 2

@@ -285,7 +285,7 @@ def test_equal_weights_reproduce_model_free_decoding(profile):
 
 
 def test_a_union_of_one_part_is_that_statistic_and_parts_are_checked(keys, decoder):
-    """`union_parts` (what benchmarks/statistic_alternatives.py compares): a union of one likelihood-ratio
+    """`union_parts` (what research/statistic_alternatives.py compares): a union of one likelihood-ratio
     part is the likelihood-ratio statistic itself (factor 1, same tails, same releases); a two-part union
     pays its factor 2 and never reports a smaller level p-value than its best part; unknown parts are refused."""
     rng = random.Random(8)

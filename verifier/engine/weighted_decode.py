@@ -176,7 +176,7 @@ class WeightedDecoder:
 
     `statistic` must be the one the weights were made for (`Weighting.statistic`): LINEAR by default, where
     equal weights are model-free decoding exactly. `union_parts` (UNION only): the statistic of each reading in
-    a group, UNION_PARTS unless a benchmark compares subsets (benchmarks/statistic_alternatives.py)."""
+    a group, UNION_PARTS unless a benchmark compares subsets (research/statistic_alternatives.py)."""
 
     def __init__(self, decoder: Decoder, scoring: str = MODEL_AWARE, statistic: str = LINEAR,
                  union_parts: tuple[str, ...] = UNION_PARTS) -> None:

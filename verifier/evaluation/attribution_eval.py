@@ -98,7 +98,7 @@ def _ks_uniform(atts: Sequence[Attribution]) -> dict:
 
 def _v1_engine_rows(folder: Path) -> dict:
     """Rows of the v1 profile decoded by the engine before spec v2, saved by
-    benchmarks/eval_v1_engine_rows.py (that engine is gone from this tree); {} when absent."""
+    research/eval_v1_engine_rows.py (that engine is gone from this tree); {} when absent."""
     path = folder / V1_ENGINE_FILE
     return json.loads(path.read_text()) if path.exists() else {}
 

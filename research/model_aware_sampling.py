@@ -1,7 +1,7 @@
 """Model-aware scoring at the provider setting: does re-creating the deployment's top-k/top-p help, and how far
 is the result from the generator's own probabilities (the upper bound)?
 
-Reads the top-k 50 / top-p 0.9 texts `benchmarks/public_level_v3.py generate --profile v3 --setting provider`
+Reads the top-k 50 / top-p 0.9 texts `research/public_level_v3.py generate --profile v3 --setting provider`
 cached (SmolLM2-135M, BBC prompts, 200 new tokens, profile `v3`, a random `model` and `user` per text), and
 decodes each text's first 50 / 100 / 200 tokens with an auditor's keys (levels 1 and 2) under:
 
@@ -23,9 +23,9 @@ evaluation's REP attack) and 50/50 two-user splices (pairs i, i+1): both users n
 a third value.
 Wilson 95 % intervals; prints one JSON line per cell and writes --json.
 
-    python benchmarks/public_level_v3.py generate --profile v3 --setting provider --texts 200 --batch 50
-    python benchmarks/model_aware_sampling.py --retokenize --humans 300 \
-        --json benchmarks/results/model-aware-sampling.json
+    python research/public_level_v3.py generate --profile v3 --setting provider --texts 200 --batch 50
+    python research/model_aware_sampling.py --retokenize --humans 300 \
+        --json research/results/model-aware-sampling.json
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ the evaluation's keys), the same attacks and the same users:
   readings (`WeightedDecoder(union_parts=...)`): does a smaller union factor buy verbatim power, and what does
   it cost on edits (uniform and plausible substitutes) and 50/50 splices; 200 human texts.
 
-    python benchmarks/statistic_alternatives.py --texts 200 --probs-cache /tmp/edit-probs \\
-        --json benchmarks/results/statistic-alternatives.json
+    python research/statistic_alternatives.py --texts 200 --probs-cache /tmp/edit-probs \\
+        --json research/results/statistic-alternatives.json
 """
 
 from __future__ import annotations

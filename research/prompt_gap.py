@@ -9,7 +9,7 @@ generator's exact distribution (its prompt ids before the text; at top-k 50 / to
 mixed in): the upper bound a verifier holding the prompt could reach. Exact `user`, detection (p <= 1e-3) and wrong
 `user` at 50 / 100 / 200 tokens, under the default union (with its edit readings) and the likelihood ratio.
 
-    python benchmarks/prompt_gap.py k50p0.9 T1 --json benchmarks/results/prompt-gap.json
+    python research/prompt_gap.py k50p0.9 T1 --json research/results/prompt-gap.json
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Calibration of a private level's p-value under a table its texts were not made with (spec section 9).
 
-    python benchmarks/calibration_foreign_level2.py [--keysets 1000] [--texts 180] [--jobs 2]
+    python research/calibration_foreign_level2.py [--keysets 1000] [--texts 180] [--jobs 2]
 
 The setting of tests/engine/test_disclosure_and_decoder.py::test_public_only_verifier_decodes_private_bits_at_chance:
 texts watermarked by the synthetic LM under a fresh key set, decoded with the right level-1 table and a

@@ -1,8 +1,8 @@
 """Per-value cost of the decoder's evidence kernel, spec v2 (SipHash + Philox per value) vs v3 (one SipHash per
 token and level, one Philox block per value), on the C kernel (CPU), alternated in one run.
 
-    python benchmarks/bench_v3_cost.py --texts 16 --tokens 200 --values 4096 --rounds 5
-    perf stat -e instructions python benchmarks/bench_v3_cost.py --only v3 ...   # instruction counts
+    python research/bench_v3_cost.py --texts 16 --tokens 200 --values 4096 --rounds 5
+    perf stat -e instructions python research/bench_v3_cost.py --only v3 ...   # instruction counts
 
 Prints ns per (scored token, value) for each round and the median ratio; `--isa` picks a kernel path.
 `--moderator` instead times a moderator's whole decode (level-1 keys only, `Decoder.decode_ids`) of the same

@@ -6,7 +6,7 @@ wrong ("off": each log-probability perturbed by N(0, 1) noise before the weight 
 model differs from the generator's), each at clip 4; 20 % replaced tokens (random ids). Exact level-2 value
 (per-value, 4096 values) released at 25 / 50 / 100 tokens, Wilson 95 % intervals.
 
-    PYTHONPATH=. python benchmarks/score_v3_synthetic.py --texts 100 --sigma 4
+    PYTHONPATH=. python research/score_v3_synthetic.py --texts 100 --sigma 4
 """
 
 from __future__ import annotations

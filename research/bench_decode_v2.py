@@ -1,6 +1,6 @@
 """Moderator (level 1) and auditor (all levels) decode cost, spec v1 vs v2, interleaved on the same inputs.
 
-    python benchmarks/bench_decode_v2.py [--batch 64] [--tokens 200] [--rounds 15]
+    python research/bench_decode_v2.py [--batch 64] [--tokens 200] [--rounds 15]
 
 All four problems run round-robin, so load drift on a shared machine hits them alike; prints median and
 best tokens/s per problem and the v2/v1 time ratios.

@@ -5,7 +5,7 @@ Run at a commit before the spec-v2 engine (3135472 for the committed rows) with 
 section's generation cache filled (only cached texts are used; nothing is generated when the first
 N texts of HeRo-v1 and unwatermarked exist in both settings):
 
-    HERO_HOME=... python benchmarks/eval_v1_engine_rows.py 50 docs/evaluation/attribution_v1_engine.json
+    HERO_HOME=... python research/eval_v1_engine_rows.py 50 docs/evaluation/attribution_v1_engine.json
 
 `hero eval --sections attribution --out docs/evaluation` then adds the saved rows to the report.
 """

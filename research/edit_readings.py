@@ -17,8 +17,8 @@ and on the edited 200-token texts, plus human BBC texts (any value released). Wi
 
     hero eval --sections attribution --prompts 200 --tokens 200 --seed 0 --settings T1 k50p0.9 \\
         --attr-methods HeRo-v3 --attr-plan col_users=0 --generate-only --out /tmp/ev   # the texts
-    python benchmarks/edit_readings.py --texts 100 --variants none only@1e-4 1e-4 1e-5 1e-4,1e-5 \\
-        --json benchmarks/results/edit-readings.json
+    python research/edit_readings.py --texts 100 --variants none only@1e-4 1e-4 1e-5 1e-4,1e-5 \\
+        --json research/results/edit-readings.json
 """
 
 from __future__ import annotations

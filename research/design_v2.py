@@ -9,8 +9,8 @@ of (context_t, x_t) pairs has the law a verifier sees on real watermarked text. 
 replacement makes every position whose context or token was replaced pure Exp(1) noise (fresh PRF
 inputs), which is what the script draws for them.
 
-    python benchmarks/design_v2.py --prompts 128 --tokens 200 --setting t1 --out /tmp/v2design_t1.pt
-    python benchmarks/design_v2.py --analyse /tmp/v2design_t1.pt
+    python research/design_v2.py --prompts 128 --tokens 200 --setting t1 --out /tmp/v2design_t1.pt
+    python research/design_v2.py --analyse /tmp/v2design_t1.pt
 
 Level 2: one key per whole 12-bit value, ML over all 4096 values (and, at one configuration, v1's
 six 2-bit segments for comparison). Level 1: v1 segments (6 x 2 bits, position key).

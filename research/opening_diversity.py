@@ -12,7 +12,7 @@ Cost: the same prompts, payloads and generator seeds with and without the gate (
 auditor's model-free decode (levels 1 and 2, token ids as generated) at 50 and 100 tokens: detection
 (p <= 1e-3), the public `model` and the exact `user` released; and how many tokens the gate kept fresh.
 
-    python benchmarks/opening_diversity.py --json benchmarks/results/opening-diversity.json
+    python research/opening_diversity.py --json research/results/opening-diversity.json
 """
 
 from __future__ import annotations

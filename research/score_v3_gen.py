@@ -6,7 +6,7 @@ tokens each (EOS suppressed), appended batch by batch to JSONL files under `--ca
 the BBC human texts the same run uses. Settings are interleaved batch by batch so both cells grow
 together; a killed run resumes where it stopped.
 
-    python benchmarks/score_v3_gen.py --texts 256 --tokens 200 --batch 32 --cache .hero/score-cache
+    python research/score_v3_gen.py --texts 256 --tokens 200 --batch 32 --cache .hero/score-cache
 """
 
 from __future__ import annotations

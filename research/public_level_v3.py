@@ -11,10 +11,10 @@ rate of each candidate field width from the same texts (the width only changes t
 At the shipped width the one-value test is measured too (`expect: {"model": m}`, verifier/engine/expected.py):
 how often the true model matches (p <= 1e-4), and how often another model or human text does.
 
-    python benchmarks/public_level_v3.py generate --profile v3 --setting t1 --texts 200 --batch 50
-    python benchmarks/public_level_v3.py generate --profile default --setting t1 --texts 200 --batch 50
-    python benchmarks/public_level_v3.py analyse --json benchmarks/results/spec-v3-public-level.json
-    python benchmarks/public_level_v3.py analyse --retokenize --humans 2000 --json ...   (as a verifier sees them)
+    python research/public_level_v3.py generate --profile v3 --setting t1 --texts 200 --batch 50
+    python research/public_level_v3.py generate --profile default --setting t1 --texts 200 --batch 50
+    python research/public_level_v3.py analyse --json research/results/spec-v3-public-level.json
+    python research/public_level_v3.py analyse --retokenize --humans 2000 --json ...   (as a verifier sees them)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Scoring measurement (docs/evaluation/scoring.md): model-free (v2, equal weights) vs model-aware weighted scoring.
 
-Reads the texts `benchmarks/score_v3_gen.py` cached, re-tokenizes each as a verifier receives it and
+Reads the texts `research/score_v3_gen.py` cached, re-tokenizes each as a verifier receives it and
 decodes its first 50 / 100 / 200 tokens with the evaluation keys (levels 1 and 2):
 - `v2`: the model-free decoder (equal weights; `Decoder.decode_ids`);
 - `aware`: model-aware (`WeightedDecoder`, weights from the LM re-run on the text alone);
@@ -8,7 +8,7 @@ also human texts (false attribution, p-value uniformity), the same watermarked t
 (uniformity), 50/50 and 80/20 two-user splices (both / one / none / third) and 10 % / 20 % replaced
 tokens. Wilson 95 % intervals. Prints a JSON summary.
 
-    python benchmarks/score_v3_eval.py --cache .hero/score-cache --json benchmarks/results/score-v3.json
+    python research/score_v3_eval.py --cache .hero/score-cache --json research/results/score-v3.json
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ service's default union with edit readings), and counts what the issue's false-a
 value released at any level (`model` or `user`), texts called watermarked at p <= 1e-3 (the FPR the detection
 rows use) and the p-value tails (a union bound: P[p <= t] <= t, up to 9x below t; one-sided binomial test).
 
-    python benchmarks/model_aware_humans.py --humans 2000 --json benchmarks/results/model-aware-humans.json
+    python research/model_aware_humans.py --humans 2000 --json research/results/model-aware-humans.json
 """
 
 from __future__ import annotations

@@ -96,9 +96,9 @@ def test_sampler_step_equals_the_engine_processor(make_profile):
         assert torch.equal(tok, want[t]), t
         seq = torch.cat([seq, tok[:, None]], dim=1)
     assert [st.generated for st in states] == [steps] * rows
-    assert [st.seen for st in states] == proc.seen
+    assert [st.contexts for st in states] == proc.log.counts.tolist()
     # spec v2: the first h contexts touch the prompt and are never recorded; v1 marks them, also unrecorded
-    assert all(len(st.seen) <= steps - h for st in states)
+    assert all(0 < st.contexts <= steps - h for st in states)
 
 
 def test_first_h_tokens_use_fresh_randomness_under_v2():

@@ -2,6 +2,9 @@
 
     python tests/provider/generate_from_bundle.py BUNDLE_FILE PRIVATE_KEY_FILE SPEC_JSON
 
+SPEC_JSON also names the pinned service key (`service_key`, as `GET /v1/audit/public-key` answered) and the
+provider id: the bundle opens only when the service's signature checks and it names this provider.
+
 No database URL, no KEK, and FastAPI / SQLAlchemy / pydantic-settings imports are blocked: everything the
 watermark needs comes from the bundle. Prints one JSON line: the texts and the key versions used.
 """
@@ -27,7 +30,8 @@ def main() -> None:
     from verifier.provider import generate, load_model, new_generator, open_bundle
 
     bundle_file, key_file, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    bundle = open_bundle(Path(bundle_file).read_text().strip(), Path(key_file).read_bytes())
+    bundle = open_bundle(Path(bundle_file).read_text().strip(), Path(key_file).read_bytes(),
+                         service_key=spec["service_key"], provider_id=spec["provider_id"])
     model, tokenizer = load_model("smollm2")
     gens = generate(model, tokenizer, bundle, spec["prompts"], spec["payloads"], max_new_tokens=spec["tokens"],
                     min_new_tokens=spec["tokens"], generator=new_generator())

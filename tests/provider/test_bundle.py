@@ -1,4 +1,5 @@
-"""hero-bundle-1: the frozen vector, sealing/opening with real profiles, and every way a bundle must fail."""
+"""hero-bundle-1 (unsigned: opened only with allow_unsigned): the frozen vector, sealing/opening with real profiles, and
+every way a bundle must fail."""
 
 from __future__ import annotations
 
@@ -17,10 +18,21 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from tests.helpers.keys import make_keyset
 from verifier.engine.keys import KeySet
 from verifier.engine.profile import default_profile, v1_profile
-from verifier.provider import BundleError, BundleExpired, generate_keypair, open_bundle, read_header
+from verifier.provider import BundleError, BundleExpired, generate_keypair, read_header
+from verifier.provider import open_bundle as _open
 from verifier.provider.bundle import encode_tables, parse_public_key, public_key_of, seal_bundle
 
 VECTOR = json.loads((Path(__file__).parents[1] / "vectors" / "bundle_v1.json").read_text())
+
+
+def open_bundle(bundle, private_key, **kw):
+    """The unsigned formats open only when asked (`allow_unsigned`; refusals and the provider check are in
+    test_bundle_signed.py): here, their layout."""
+    try:
+        provider = read_header(bundle)["provider_id"]
+    except (BundleError, KeyError):
+        provider = "acme"
+    return _open(bundle, private_key, service_key=None, provider_id=provider, allow_unsigned=True, **kw)
 
 
 def _header(profile, keyset, expires: datetime | None = None) -> dict:

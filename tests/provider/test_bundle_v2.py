@@ -1,6 +1,7 @@
 """hero-bundle-2 (RFC 9180 HPKE from `cryptography`): the frozen vector reproduced and opened by plain
 `cryptography` calls following docs/providers.md, the library's bundles opened the same way, the hybrid
-ML-KEM-768 + X25519 suite, and the ways a bundle must fail. hero-bundle-1 keeps opening (test_bundle.py)."""
+ML-KEM-768 + X25519 suite, and the ways a bundle must fail. hero-bundle-1 opens when asked (test_bundle.py);
+the signed hero-bundle-3: test_bundle_signed.py."""
 
 from __future__ import annotations
 
@@ -18,10 +19,21 @@ from tests.helpers.keys import make_keyset
 from tests.provider.test_bundle import _header
 from tests.vectors import rfc9180
 from verifier.engine.profile import default_profile
-from verifier.provider import BundleError, generate_keypair, open_bundle, read_header
+from verifier.provider import BundleError, generate_keypair, read_header
+from verifier.provider import open_bundle as _open
 from verifier.provider.bundle import encode_tables, parse_public_key, public_key_of, seal_bundle, seal_bundle_v2
 
 VECTOR = json.loads((Path(__file__).parents[1] / "vectors" / "bundle_v2.json").read_text())
+
+
+def open_bundle(bundle, private_key, **kw):
+    """The unsigned formats open only when asked (`allow_unsigned`; refusals and the provider check are in
+    test_bundle_signed.py): here, their layout."""
+    try:
+        provider = read_header(bundle)["provider_id"]
+    except (BundleError, KeyError):
+        provider = "acme"
+    return _open(bundle, private_key, service_key=None, provider_id=provider, allow_unsigned=True, **kw)
 
 
 def _split(raw: bytes) -> tuple[dict, bytes, bytes]:

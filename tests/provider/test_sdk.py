@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import bundles
 from tests.helpers.keys import make_keyset
 from verifier.engine.generation import HeroLogitsProcessor
 from verifier.engine.payload import PayloadError
 from verifier.engine.profile import default_profile, v1_profile
-from verifier.provider import BundleSampler, RequestState, generate_keypair, logits_processor, open_bundle
-from verifier.provider.bundle import seal_bundle
+from verifier.provider import BundleSampler, RequestState, generate_keypair, logits_processor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +35,8 @@ def test_sdk_imports_without_fastapi_sqlalchemy_or_settings():
         "from verifier.provider import open_bundle, BundleSampler, generate, logits_processor, BundleSource\n"
         "from verifier.client import HeroClient, VerifyResult\n"
         "v = json.loads(pathlib.Path('tests/vectors/bundle_v1.json').read_text())\n"
-        "b = open_bundle(v['expected']['bundle_b64'], bytes.fromhex(v['inputs']['recipient_private']))\n"
+        "b = open_bundle(v['expected']['bundle_b64'], bytes.fromhex(v['inputs']['recipient_private']),\n"
+        "                service_key=None, provider_id='vector-provider', allow_unsigned=True)\n"
         "s = BundleSampler(b)\n"
         "bad = {'fastapi', 'sqlalchemy', 'pydantic_settings', 'starlette'} & {m.split('.')[0] for m in sys.modules}\n"
         "assert not bad, bad\n"
@@ -57,7 +58,7 @@ def _bundle(profile, keyset=None):
     header = {"bundle_id": "x" * 32, "provider_id": "acme", "profile": profile.to_dict(),
               "key_versions": {str(t.level): t.version for t in keyset.tables}, "issued_at": now.isoformat(),
               "expires_at": (now + timedelta(hours=1)).isoformat(), "etag": "t"}
-    return keyset, open_bundle(seal_bundle(header, keyset, pk), sk)
+    return keyset, bundles.open_signed(bundles.signed(header, keyset, pk), sk)
 
 
 @pytest.mark.parametrize("make_profile", [default_profile, v1_profile])

@@ -12,7 +12,6 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,10 +21,11 @@ if importlib.util.find_spec("vllm") is None:
         raise RuntimeError("HERO_REQUIRE_VLLM=1 but vllm is not installed (run scripts/test-vllm)")
     pytest.skip("vllm not installed (scripts/test-vllm makes .venv-vllm)", allow_module_level=True)
 
+from tests.helpers import bundles
 from tests.helpers.keys import make_keyset
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import default_profile
-from verifier.provider.bundle import generate_keypair, seal_bundle
+from verifier.provider.bundle import generate_keypair
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 TOKENS = 200
@@ -34,15 +34,13 @@ PROMPTS = ["The history of the printing press", "A recipe for a quick weeknight 
 
 
 def write_bundle(tmp, profile, keyset) -> dict[str, str]:
-    """A sealed bundle and its private key in files: the plugin's environment."""
+    """A signed bundle, its private key and the pinned service key in files: the plugin's environment."""
     sk, pk = generate_keypair()
-    now = datetime.now(UTC).replace(microsecond=0)
-    header = {"bundle_id": "vllm-test", "provider_id": "acme", "profile": profile.to_dict(),
-              "key_versions": {str(t.level): t.version for t in keyset.tables}, "issued_at": now.isoformat(),
-              "expires_at": (now + timedelta(hours=1)).isoformat(), "etag": "t"}
-    (tmp / "bundle").write_bytes(seal_bundle(header, keyset, pk))
+    (tmp / "bundle").write_bytes(bundles.signed(bundles.header(profile, keyset, bundle_id="vllm-test"), keyset, pk))
     (tmp / "key").write_bytes(sk)
-    return {"HERO_VLLM_BUNDLE": str(tmp / "bundle"), "HERO_VLLM_PRIVATE_KEY": str(tmp / "key")}
+    (tmp / "service.vkey").write_text(bundles.SERVICE_VKEY + "\n")
+    return {"HERO_VLLM_BUNDLE": str(tmp / "bundle"), "HERO_VLLM_PRIVATE_KEY": str(tmp / "key"),
+            "HERO_VLLM_SERVICE_KEY": str(tmp / "service.vkey"), "HERO_VLLM_PROVIDER_ID": bundles.PROVIDER}
 
 
 @pytest.fixture(scope="module")

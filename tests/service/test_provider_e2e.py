@@ -25,14 +25,15 @@ TOKENS = 120  # with 80, a clean-clone CI run had one text just short of signifi
 PROMPTS = ["The history of the printing press", "A short guide to growing tomatoes"]
 
 
-def _provider_process(tmp_path: Path, bundle_b64: str, key_file: Path, payloads: list[dict]) -> dict:
+def _provider_process(tmp_path: Path, bundle_b64: str, key_file: Path, payloads: list[dict], service_key: str) -> dict:
     bundle_file = tmp_path / "bundle.b64"
     bundle_file.write_text(bundle_b64)
     home = tmp_path / "provider-home"  # empty: no KEK, no database, no dev keys
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERO_")}
     env.update(HERO_HOME=str(home), PYTHONPATH=str(ROOT),
                HERO_MODEL_CACHE=os.environ.get("HERO_MODEL_CACHE", str(Path.home() / ".hero" / "models")))
-    spec = json.dumps({"prompts": PROMPTS, "payloads": payloads, "tokens": TOKENS})
+    spec = json.dumps({"prompts": PROMPTS, "payloads": payloads, "tokens": TOKENS, "service_key": service_key,
+                       "provider_id": "fleet-1"})
     res = subprocess.run([sys.executable, str(SCRIPT), str(bundle_file), str(key_file), spec], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=3600)  # a bound, not a speed target
     assert res.returncode == 0, res.stderr[-3000:]
@@ -77,7 +78,9 @@ def test_provider_generates_from_a_sealed_bundle_without_the_database(e2e, tmp_p
 
     # the provider's refresher, over HTTP with the provider's own token
     raw: list[str] = []
-    source = BundleSource(sk, lambda: svc.token("provider", "fleet-1"), client=svc.client)
+    # the provider pins the service's key (here from the endpoint, with its own token) and checks every bundle
+    pinned = svc.client.get("/v1/audit/public-key", headers=svc.auth("provider", "fleet-1")).text
+    source = BundleSource(sk, lambda: svc.token("provider", "fleet-1"), client=svc.client, service_key=pinned)
     orig_post = svc.client.post
 
     def recording_post(path, **kw):  # keep the base64 bundle the provider fleet would ship to its workers
@@ -91,7 +94,7 @@ def test_provider_generates_from_a_sealed_bundle_without_the_database(e2e, tmp_p
         first = source.bundle
         assert first.key_versions == {1: "l1-v1", 2: "l2-v1"}
         old_payloads = [{"model": 1234, "user": 3001}, {"model": 77, "user": 4000}]
-        old = _provider_process(tmp_path, raw[-1], key_file, old_payloads)
+        old = _provider_process(tmp_path, raw[-1], key_file, old_payloads, pinned)
         assert old["key_versions"] == [{"1": "l1-v1", "2": "l2-v1"}] * 2 and old["bundle_id"] == first.bundle_id
         _check(_verify(svc, old["texts"]), old_payloads, "v1")
 
@@ -101,7 +104,7 @@ def test_provider_generates_from_a_sealed_bundle_without_the_database(e2e, tmp_p
         second = source.bundle
         assert second.etag != first.etag and second.key_versions == {1: "l1-v2", 2: "l2-v2"}
         new_payloads = [{"model": 4095, "user": 12}, {"model": 2, "user": 2222}]
-        new = _provider_process(tmp_path, raw[-1], key_file, new_payloads)
+        new = _provider_process(tmp_path, raw[-1], key_file, new_payloads, pinned)
         assert new["key_versions"] == [{"1": "l1-v2", "2": "l2-v2"}] * 2
     finally:
         svc.client.post = orig_post  # type: ignore[method-assign]

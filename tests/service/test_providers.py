@@ -9,9 +9,22 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.helpers.service import secret_forms
-from verifier.provider import BundleError, generate_keypair, open_bundle
+from verifier.provider import BundleError, generate_keypair
+from verifier.provider import open_bundle as _open_bundle
 
 BUNDLE = "/v1/keys/generation-bundle"
+
+
+def _service_key(svc, pid="acme") -> str:
+    """What a provider pins: the service's verifier key, as `GET /v1/audit/public-key` answers its own token."""
+    r = svc.client.get("/v1/audit/public-key", headers=svc.auth("provider", pid))
+    assert r.status_code == 200, r.text
+    assert r.text.strip() == svc.ctx.signer.vkey
+    return r.text
+
+
+def _open(svc, bundle, sk, pid="acme", **kw):
+    return _open_bundle(bundle, sk, service_key=_service_key(svc, pid), provider_id=pid, **kw)
 
 
 def _events(svc, action=None):
@@ -71,7 +84,7 @@ def test_bundle_opens_with_the_providers_key_and_is_audited_with_a_receipt(svc):
     assert r.headers["etag"] == f'"{body["etag"]}"' and r.headers["cache-control"] == "no-store"
     prof = svc.ctx.profile
     assert body["key_versions"] == {str(lv): f"l{lv}-v1" for lv in range(1, prof.depth + 1)}
-    b = open_bundle(body["bundle"], sk)
+    b = _open(svc, body["bundle"], sk)
     assert b.profile == prof and b.provider_id == "acme" and b.bundle_id == body["bundle_id"]
     assert [len(t.entries) for t in b.keyset.tables] == [1 << lv.key_bits for lv in prof.levels]
     active = svc.ctx.store.active_keyset(prof)
@@ -86,7 +99,14 @@ def test_bundle_opens_with_the_providers_key_and_is_audited_with_a_receipt(svc):
     # another provider's key does not open it
     other, _ = generate_keypair()
     with pytest.raises(BundleError):
-        open_bundle(body["bundle"], other)
+        _open(svc, body["bundle"], other)
+    # signed by the service's log key: another pinned key, or another provider id, refuses it
+    from tests.helpers.bundles import SERVICE_VKEY
+
+    with pytest.raises(BundleError, match="signature is not valid"):
+        _open_bundle(body["bundle"], sk, service_key=SERVICE_VKEY, provider_id="acme")
+    with pytest.raises(BundleError, match="another provider"):
+        _open_bundle(body["bundle"], sk, service_key=svc.ctx.signer.vkey, provider_id="acme-2")
 
 
 def test_etag_polls_answer_304_until_a_rotation(svc):
@@ -105,7 +125,7 @@ def test_etag_polls_answer_304_until_a_rotation(svc):
     r = _fetch(svc, **{"If-None-Match": f'"{first["etag"]}"'})
     assert r.status_code == 200 and r.json()["etag"] != first["etag"]
     assert r.json()["key_versions"] == {"1": "l1-v1", "2": "l2-v2"}
-    assert open_bundle(r.json()["bundle"], sk).key_versions == {1: "l1-v1", 2: "l2-v2"}
+    assert _open(svc, r.json()["bundle"], sk).key_versions == {1: "l1-v1", 2: "l2-v2"}
 
 
 def test_who_cannot_get_a_bundle(svc):
@@ -138,7 +158,7 @@ def test_bundle_expiry_never_outlives_the_registration(lite):
     sk, _ = _register(lite, expires_at=until.isoformat())
     body = _fetch(lite).json()
     assert datetime.fromisoformat(body["expires_at"]) == until
-    assert open_bundle(body["bundle"], sk).expires_at == until
+    assert _open(lite, body["bundle"], sk).expires_at == until
 
 
 def test_no_bundle_without_its_audit_event(lite, monkeypatch):
@@ -178,7 +198,7 @@ def test_no_key_bytes_in_logs_responses_or_the_database(lite, caplog, tmp_path):
         assert f not in haystack
         assert f not in disk
     # ... while the bundle in the response does carry them (sealed): it opens to the live tables
-    assert open_bundle(bodies[1]["bundle"], sk).keyset.tables[1].entries[0] in forms
+    assert _open(lite, bodies[1]["bundle"], sk).keyset.tables[1].entries[0] in forms
 
 
 def test_bundle_source_polls_with_etag_and_picks_up_a_rotation(lite):
@@ -189,7 +209,7 @@ def test_bundle_source_polls_with_etag_and_picks_up_a_rotation(lite):
     sk, _ = _register(lite)
     seen = []
     src = BundleSource(sk, lambda: lite.token("provider", "acme"), client=lite.client, interval_s=0.05,
-                       on_change=seen.append)
+                       on_change=seen.append, service_key=_service_key(lite))
     first = src.bundle
     assert first.key_versions == {1: "l1-v1", 2: "l2-v1"} and seen == [first]
     assert src.refresh() is False and src.not_modified == 1  # 304: nothing new
@@ -198,7 +218,8 @@ def test_bundle_source_polls_with_etag_and_picks_up_a_rotation(lite):
         new = src.wait_for_change(first.etag, timeout_s=20)
     assert new is not None and new.key_versions == {1: "l1-v2", 2: "l2-v1"} and src.last_error is None
     assert src.bundle is new
-    bad = BundleSource(sk, lambda: lite.token("provider", "stranger"), client=lite.client)
+    bad = BundleSource(sk, lambda: lite.token("provider", "stranger"), client=lite.client,
+                       service_key=lite.ctx.signer.vkey)
     with pytest.raises(BundleFetchError) as err:
         bad.refresh()
     assert err.value.status == 403
@@ -222,7 +243,7 @@ def test_bundle_lifetime_follows_the_setting(make_service, sqlite_url):
     svc.init_keys()
     sk, _ = _register(svc)
     before = datetime.now(UTC).replace(microsecond=0)  # bounds around the issue time, not a guess at its speed
-    b = open_bundle(_fetch(svc).json()["bundle"], sk)
+    b = _open(svc, _fetch(svc).json()["bundle"], sk)
     after = datetime.now(UTC)
     assert before + timedelta(seconds=600) <= b.expires_at <= after + timedelta(seconds=600)
 
@@ -244,7 +265,7 @@ def test_hero_client_against_the_service(lite):
 
 
 @pytest.mark.parametrize("key_type", ["x25519", "mlkem768-x25519"])
-def test_providers_register_their_key_type_and_get_hero_bundle_2(lite, key_type):
+def test_providers_register_their_key_type_and_get_hero_bundle_3(lite, key_type):
     from verifier.provider import read_header
 
     lite.init_keys()
@@ -257,8 +278,9 @@ def test_providers_register_their_key_type_and_get_hero_bundle_2(lite, key_type)
     got = _fetch(lite, "pq")
     assert got.status_code == 200, got.text
     header = read_header(got.json()["bundle"])
-    assert header["format"] == "hero-bundle-2" and header["key_type"] == key_type
-    opened = open_bundle(got.json()["bundle"], sk)
+    assert header["format"] == "hero-bundle-3" and header["key_type"] == key_type
+    assert header["signer"] == "+".join(lite.ctx.signer.vkey.split("+", 2)[:2])
+    opened = _open(lite, got.json()["bundle"], sk, pid="pq")
     assert opened.keyset.tables == lite.ctx.store.active_keyset(lite.ctx.profile).tables
     bad = {**body, "provider_id": "pq2", "public_key": base64.b64encode(pk[:-1]).decode()}
     assert lite.client.post("/v1/providers", headers=lite.auth("admin", "root"), json=bad).status_code == 422

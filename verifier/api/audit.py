@@ -7,15 +7,16 @@ import base64
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
 
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx
-from verifier.api.dependencies import AuditReader, VerifyCaller
+from verifier.api.dependencies import AuditReader, VerifyCaller, current_principal
 from verifier.audit import merkle
 from verifier.audit.service import list_events, verify_chain
+from verifier.auth.principal import Principal
 from verifier.errors import InvalidInput, NotFound
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=JsonRoute)
@@ -116,8 +117,10 @@ def checkpoint(ctx: Ctx, p: VerifyCaller) -> PlainTextResponse:
     return PlainTextResponse(note)
 
 
-@router.get("/public-key", response_class=PlainTextResponse, summary="The log's verifier key (<name>+<id>+<key>)")
-def public_key(ctx: Ctx, p: VerifyCaller) -> PlainTextResponse:
+@router.get("/public-key", response_class=PlainTextResponse, summary="The log's verifier key (<name>+<id>+<key>)",
+            description="Also the key generation bundles are signed with: any authenticated role may read it "
+            "(providers pin it, docs/providers.md).")
+def public_key(ctx: Ctx, p: Annotated[Principal, Depends(current_principal)]) -> PlainTextResponse:
     return PlainTextResponse(ctx.signer.vkey + "\n")
 
 

@@ -49,10 +49,12 @@ def revoke_provider(provider_id: ProviderId, ctx: Ctx, p: ProviderAdmin) -> dict
 @router.post(
     "/v1/keys/generation-bundle",
     response_model=BundleOut,
-    summary="The active key tables of every level, sealed to the calling provider's public key",
+    summary="The active key tables of every level, sealed to the calling provider's key, signed by the service",
     description="Role `provider`, `sub` = a registered, active provider id. `If-None-Match: \"<etag>\"` answers "
     "304 (nothing sealed, nothing audited) while the key set is unchanged. Each bundle is audited "
-    "(`keys.bundle`) with a transparency receipt before it is returned.",
+    "(`keys.bundle`) with a transparency receipt before it is returned. The bundle (`hero-bundle-3`) is signed "
+    "with the service's transparency-log key (`GET /v1/audit/public-key`): the provider SDK refuses one whose "
+    "signature does not check against the key it pinned.",
     responses={304: {"description": "Not modified"}, 401: {}, 403: {}, 404: {}, 409: {}, 503: {}},
 )
 def generation_bundle(
@@ -64,8 +66,8 @@ def generation_bundle(
     if body is not None and body.profile not in (None, ctx.profile.name):
         raise NotFound(f"this service issues bundles for profile {ctx.profile.name!r} only")
     issued = service.issue_bundle(
-        ctx.db, ctx.store, ctx.profile, p.actor, if_none_match=if_none_match,
-        ttl=timedelta(seconds=ctx.settings.bundle_ttl_seconds), signer=ctx.signer,
+        ctx.db, ctx.store, ctx.profile, p.actor, if_none_match=if_none_match, signer=ctx.signer,
+        ttl=timedelta(seconds=ctx.settings.bundle_ttl_seconds),
         interval_s=ctx.settings.checkpoint_interval_seconds,
     )
     if isinstance(issued, str):

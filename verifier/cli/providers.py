@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--id", required=True, dest="provider_id", help="provider id (the sub of its tokens)")
     add.add_argument("--public-key", required=True, help="base64 of the raw public key (32 bytes for x25519)")
     add.add_argument("--key-type", default="x25519", choices=["x25519", "mlkem768-x25519"],
-                     help="the HPKE KEM bundles are sealed with (hero-bundle-2)")
+                     help="the HPKE KEM bundles are sealed with (hero-bundle-3)")
     add.add_argument("--expires-at", default=None, help="ISO-8601 time after which bundle requests are refused")
     add.set_defaults(handler=cmd_add)
     ls = ps.add_parser("list", help="list providers (public keys and status)")

@@ -1,14 +1,27 @@
-"""Sealed generation-key bundles (formats `hero-bundle-2` and `hero-bundle-1`, docs/providers.md): one module
-for both sides.
+"""Sealed, signed generation-key bundles (format `hero-bundle-3`; `hero-bundle-2` and `-1` unsigned, opened only
+when asked: docs/providers.md): one module for both sides.
 
-The service seals the active key table of every level to a provider's registered public key; the provider
-opens it with its private key. `hero-bundle-2` (what the service issues) is RFC 9180 HPKE from `cryptography`
+The service seals the active key table of every level to a provider's registered public key and signs the
+whole bundle with its transparency-log key (Ed25519, the key `GET /v1/audit/public-key` names); the provider
+checks the signature against the service key it pinned, checks the bundle names it, then opens it with its
+private key. Sealing alone is not authentication: anyone holding the provider's public key can seal tables to
+it, so an unsigned bundle proves nothing about who made it.
+
+`hero-bundle-3` (what the service issues) is `hero-bundle-2`'s HPKE seal plus that signature:
+
+    body   = "HRB3" || u32be(len(header)) || header || enc || AES-256-GCM ciphertext   (HPKE single-shot)
+    info   = "HeRo generation bundle v3" || 0x00 || SHA-256(every byte before enc)
+    bundle = body || Ed25519(service key, "HeRo generation bundle v3 signature" || 0x00 || SHA-256(body))
+
+The header's `signer` names the signing key (`<name>+<key id hex>`, the vkey's first two fields).
+
+`hero-bundle-2` is RFC 9180 HPKE from `cryptography`
 (`hpke_keys`: X25519, or the hybrid ML-KEM-768 + X25519), the header bound through HPKE's `info`:
 
     bundle = "HRB2" || u32be(len(header)) || header || enc || AES-256-GCM ciphertext   (HPKE single-shot)
     info   = "HeRo generation bundle v2" || 0x00 || SHA-256(every byte before enc)
 
-`hero-bundle-1` (still opened) was a hand-made HPKE-style schedule over X25519:
+`hero-bundle-1` (unsigned, opened only with `allow_unsigned=True`) was a hand-made HPKE-style schedule over X25519:
 
     enc    = ephemeral X25519 public key (32 bytes)
     key    = HKDF-SHA256(ikm = X25519(eph, pkR), salt = enc || pkR, info = "HeRo generation bundle v1", L = 32)
@@ -28,13 +41,15 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
 
-from cryptography.exceptions import InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -53,6 +68,12 @@ MAX_HEADER_BYTES = 64 * 1024
 MAGIC2 = b"HRB2"
 FORMAT2 = "hero-bundle-2"
 INFO2_LABEL = b"HeRo generation bundle v2\x00"
+MAGIC3 = b"HRB3"
+FORMAT3 = "hero-bundle-3"
+INFO3_LABEL = b"HeRo generation bundle v3\x00"
+SIG3_LABEL = b"HeRo generation bundle v3 signature\x00"
+SIG_ALG = "Ed25519"
+SIG_BYTES = 64
 
 
 class BundleError(ValueError):
@@ -234,6 +255,141 @@ def info_v2(prefix: bytes) -> bytes:
     return INFO2_LABEL + hashlib.sha256(prefix).digest()
 
 
+# -- hero-bundle-3: signed by the service -------------------------------------------------------------
+class PinnedKey(Protocol):
+    """A signed-note verifier key (C2SP): `ServiceKey` here, `verifier.audit.transparency.NoteVerifier` too."""
+
+    name: str
+    key_id: bytes
+    public_key: Ed25519PublicKey
+
+
+@dataclass(frozen=True)
+class ServiceVerifierKey:
+    """The service's published key `<name>+<key id hex>+<base64(0x01 || Ed25519 public key)>` (C2SP signed-note
+    verifier key: what `GET /v1/audit/public-key` answers). Parsed here, not imported from `verifier.audit`, so
+    the SDK stays free of service packages; tests check both parsers agree."""
+
+    name: str
+    key_id: bytes
+    public_key: Ed25519PublicKey
+
+    @classmethod
+    def parse(cls, vkey: str) -> ServiceVerifierKey:
+        parts = vkey.strip().split("+", 2)
+        if len(parts) != 3 or not parts[0] or any(c.isspace() for c in parts[0]):
+            raise BundleError("service_key is not a verifier key <name>+<key id>+<key> (GET /v1/audit/public-key)")
+        name, kid_hex, key_b64 = parts
+        try:
+            raw = base64.b64decode(key_b64.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError, ValueError):
+            raw = b""
+        if len(raw) != 33 or raw[0] != 0x01:
+            raise BundleError("service_key is not an Ed25519 verifier key (GET /v1/audit/public-key)")
+        kid = hashlib.sha256(name.encode() + b"\n" + raw[:1] + raw[1:]).digest()[:4]
+        if kid_hex.lower() != kid.hex():
+            raise BundleError("service_key's key id does not match its key")
+        return cls(name, kid, Ed25519PublicKey.from_public_bytes(raw[1:]))
+
+
+ServiceKey = str | Path | PinnedKey | Sequence[str | Path | PinnedKey]
+
+
+def service_keys(pinned: ServiceKey) -> tuple[PinnedKey, ...]:
+    """The pinned service key(s): a verifier key string `<name>+<key id>+<key>` (what `GET /v1/audit/public-key`
+    answers, `hero audit public-key` prints), a file (a `Path`) holding one per line, a parsed key, or a list of
+    these (a rotation: old and new key both pinned for a while)."""
+    items = [pinned] if isinstance(pinned, str | Path) or hasattr(pinned, "public_key") else list(pinned)
+    out: list[PinnedKey] = []
+    for item in items:
+        if hasattr(item, "public_key") and hasattr(item, "key_id"):
+            out.append(item)  # type: ignore[arg-type]
+            continue
+        if isinstance(item, Path):
+            try:
+                lines = [ln.strip() for ln in item.read_text().splitlines() if ln.strip()]
+            except (OSError, UnicodeDecodeError) as exc:
+                raise BundleError(f"service key file {item} is not readable ({exc.__class__.__name__})") from None
+        elif isinstance(item, str):
+            lines = [item.strip()]
+        else:
+            raise BundleError("service_key must be a verifier key string, a Path, a parsed key or a list of them")
+        out.extend(ServiceVerifierKey.parse(line) for line in lines)
+    if not out:
+        raise BundleError("no service key pinned: bundles cannot be authenticated")
+    return tuple(out)
+
+
+def signer_name(verifier: PinnedKey) -> str:
+    """`<name>+<key id hex>`: how a bundle header names the key that signed it."""
+    return f"{verifier.name}+{verifier.key_id.hex()}"
+
+
+def seal_bundle_v3(header: Mapping[str, Any], keyset: KeySet, recipient_public: bytes, key_type: str,
+                   signing_key: Ed25519PrivateKey, signer: str) -> bytes:
+    """`hero-bundle-3`: the tables HPKE-sealed to `recipient_public`, the whole bundle signed with `signing_key`
+    (the service's transparency-log key; `signer` is the log's origin, the name in its verifier key)."""
+    try:
+        kt = hpke_keys.key_type(key_type)
+    except ValueError as exc:
+        raise BundleError(str(exc)) from None
+    pub = signing_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    vkey = ServiceVerifierKey(signer, hashlib.sha256(signer.encode() + b"\n\x01" + pub).digest()[:4],
+                              signing_key.public_key())
+    hdr = canonical_header({**header, "format": FORMAT3, "key_type": kt.name, "kem": kt.kem_name,
+                            "kdf": hpke_keys.KDF_NAME, "aead": hpke_keys.AEAD_NAME, "sig": SIG_ALG,
+                            "signer": signer_name(vkey)})
+    if len(hdr) > MAX_HEADER_BYTES:
+        raise BundleError("bundle header is too large")
+    prefix = MAGIC3 + struct.pack(">I", len(hdr)) + hdr
+    try:
+        body = prefix + hpke_keys.seal(kt.name, recipient_public, encode_tables(keyset), _info_v3(prefix))
+    except ValueError as exc:
+        raise BundleError(f"recipient key: {exc}") from None
+    return body + signing_key.sign(_signed_v3(body))
+
+
+def _info_v3(prefix: bytes) -> bytes:
+    return INFO3_LABEL + hashlib.sha256(prefix).digest()
+
+
+def _signed_v3(body: bytes) -> bytes:
+    return SIG3_LABEL + hashlib.sha256(body).digest()
+
+
+def _split_v3(raw: bytes) -> tuple[dict[str, Any], bytes, bytes, bytes]:
+    """(header, prefix, enc || ciphertext, signature) of a `hero-bundle-3`; nothing here is authenticated yet."""
+    (hlen,) = struct.unpack_from(">I", raw, 4) if len(raw) >= 8 else (None,)
+    if hlen is None or hlen > MAX_HEADER_BYTES or len(raw) < 8 + hlen + X25519_BYTES + 16 + SIG_BYTES:
+        raise BundleError("bundle is truncated")
+    prefix = raw[: 8 + hlen]
+    try:
+        header = json.loads(raw[8 : 8 + hlen])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BundleError("bundle header is not JSON") from None
+    kt = hpke_keys.KEY_TYPES.get(header.get("key_type")) if isinstance(header, dict) else None
+    if (kt is None or header.get("format") != FORMAT3 or header.get("kem") != kt.kem_name
+            or header.get("kdf") != hpke_keys.KDF_NAME or header.get("aead") != hpke_keys.AEAD_NAME
+            or header.get("sig") != SIG_ALG or not isinstance(header.get("signer"), str)):
+        raise BundleError(f"unsupported bundle format (expected {FORMAT3} with a known suite)")
+    return header, prefix, raw[8 + hlen : -SIG_BYTES], raw[-SIG_BYTES:]
+
+
+def _verify_v3(raw: bytes, header: dict[str, Any], signature: bytes, pinned: tuple[PinnedKey, ...]) -> None:
+    """The signature of one pinned key over the whole bundle, checked before anything is decrypted."""
+    body = raw[:-SIG_BYTES]
+    for v in pinned:
+        if signer_name(v) != header["signer"]:
+            continue
+        try:
+            v.public_key.verify(signature, _signed_v3(body))
+            return
+        except InvalidSignature:
+            break
+    raise BundleError("bundle signature is not valid for the pinned service key: not issued by this service, "
+                      "or altered")
+
+
 def _split_v2(raw: bytes) -> tuple[dict[str, Any], bytes, bytes]:
     """(header, prefix, enc || ciphertext) of a `hero-bundle-2`."""
     (hlen,) = struct.unpack_from(">I", raw, 4) if len(raw) >= 8 else (None,)
@@ -254,13 +410,15 @@ def _split_v2(raw: bytes) -> tuple[dict[str, Any], bytes, bytes]:
 def read_header(bundle: str | bytes) -> dict[str, Any]:
     """The header, unauthenticated (for routing and display): trust it only after `open_bundle`."""
     raw = _as_bytes(bundle)
+    if raw[:4] == MAGIC3:
+        return _split_v3(raw)[0]
     return _split_v2(raw)[0] if raw[:4] == MAGIC2 else _split(raw)[0]
 
 
 def _as_bytes(bundle: str | bytes) -> bytes:
     if isinstance(bundle, str):
         return _b64decode(bundle)
-    if isinstance(bundle, bytes | bytearray) and bytes(bundle[:4]) in (MAGIC, MAGIC2):
+    if isinstance(bundle, bytes | bytearray) and bytes(bundle[:4]) in (MAGIC, MAGIC2, MAGIC3):
         return bytes(bundle)
     if isinstance(bundle, bytes | bytearray):
         return _b64decode(bytes(bundle))
@@ -315,24 +473,56 @@ class GenerationBundle:
 
     __str__ = __repr__
 
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        """Never pickled (nor copied): a pickle would carry the raw key tables to disk, a queue or another process."""
+        raise TypeError("GenerationBundle holds key material and cannot be pickled or copied; "
+                        "pass the sealed bundle and open it where it is used")
+
     def expired(self, now: datetime | None = None) -> bool:
         return (now or datetime.now(UTC)) >= self.expires_at
 
 
 def open_bundle(
-    bundle: str | bytes, private_key: bytes, *, now: datetime | None = None, allow_expired: bool = False
+    bundle: str | bytes,
+    private_key: bytes,
+    *,
+    service_key: ServiceKey | None,
+    provider_id: str,
+    now: datetime | None = None,
+    allow_expired: bool = False,
+    allow_unsigned: bool = False,
 ) -> GenerationBundle:
-    """Open a sealed bundle (`hero-bundle-2` or `-1`) with the provider's raw private key.
+    """Check and open a bundle with the provider's raw private key.
 
-    Raises BundleError on a wrong key or any altered byte (header included: it is the AEAD's associated
-    data), on tables that do not match the header's profile and versions, and BundleExpired after
-    `expires_at` (unless `allow_expired`).
+    `service_key`: the service's pinned verifier key(s) (`service_keys`); a `hero-bundle-3` must carry a valid
+    signature of one of them, checked before anything is decrypted. `provider_id`: this provider's registered id;
+    a bundle naming another provider is refused. The unsigned `hero-bundle-2` / `-1` (anyone with the provider's
+    public key can make one) are refused unless `allow_unsigned=True` (a migration from a service that did not
+    sign yet; `service_key` may then be None).
+
+    Raises BundleError on a missing or wrong signature, a wrong key or any altered byte, on tables that do not
+    match the header's profile and versions, on another provider's bundle, and BundleExpired after `expires_at`
+    (unless `allow_expired`).
     """
+    if not isinstance(provider_id, str) or not provider_id:
+        raise BundleError("provider_id (this provider's registered id) is required")
     raw = _as_bytes(bundle)
-    if raw[:4] == MAGIC2:
+    if raw[:4] == MAGIC3:
+        if service_key is None:
+            raise BundleError("service_key is required: a bundle is only trusted when the service's signature checks")
+        header, prefix, sealed, signature = _split_v3(raw)
+        _verify_v3(raw, header, signature, service_keys(service_key))
+        header, plaintext = _open_hpke(header, prefix, sealed, private_key, _info_v3(prefix))
+    elif not allow_unsigned:
+        fmt = FORMAT2 if raw[:4] == MAGIC2 else FORMAT if raw[:4] == MAGIC else "unknown"
+        raise BundleError(f"unsigned bundle ({fmt}) refused: only a {FORMAT3} signed by the pinned service key is "
+                          f"accepted (allow_unsigned=True opens one from a service that does not sign yet)")
+    elif raw[:4] == MAGIC2:
         header, plaintext = _open_v2(raw, private_key)
     else:
         header, plaintext = _open_v1(raw, private_key)
+    if header.get("provider_id") != provider_id:
+        raise BundleError("bundle is for another provider (its provider_id is not this provider's)")
     try:
         profile = profile_from_dict(header["profile"])
     except (KeyError, TypeError, ProfileError) as exc:
@@ -357,8 +547,13 @@ def open_bundle(
 
 def _open_v2(raw: bytes, private_key: bytes) -> tuple[dict[str, Any], bytes]:
     header, prefix, sealed = _split_v2(raw)
+    return _open_hpke(header, prefix, sealed, private_key, info_v2(prefix))
+
+
+def _open_hpke(header: dict[str, Any], prefix: bytes, sealed: bytes, private_key: bytes,
+               info: bytes) -> tuple[dict[str, Any], bytes]:
     try:
-        kt, plaintext = hpke_keys.open_sealed(bytes(private_key), sealed, info_v2(prefix))
+        kt, plaintext = hpke_keys.open_sealed(bytes(private_key), sealed, info)
     except ValueError:
         raise BundleError("bundle does not open: wrong private key, or the bundle was altered") from None
     if kt.name != header["key_type"]:  # authenticated: `info` covers the header

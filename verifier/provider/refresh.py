@@ -3,10 +3,15 @@
 A fleet polls `POST /v1/keys/generation-bundle` every `interval_s`; an unchanged key set answers 304 (no
 key material moves), a rotation answers 200 with a new ETag and the new bundle is opened and swapped in
 atomically. Near expiry the poll skips `If-None-Match`, so a fresh bundle replaces the old one in time.
+Every bundle must carry the signature of the pinned service key and name this provider (`open_bundle`):
+whoever sits between the fleet and the service (a proxy, a rewritten response) cannot swap its keys.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 import threading
 import time
@@ -16,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from verifier.provider.bundle import BundleError, GenerationBundle, open_bundle
+from verifier.provider.bundle import BundleError, GenerationBundle, ServiceKey, open_bundle, service_keys
 
 log = logging.getLogger("hero.provider")
 
@@ -35,7 +40,10 @@ class BundleSource:
     """The provider's current bundle, refreshed from the verifier service.
 
     `token` is the provider's JWT (role `provider`, sub = provider id), or a callable returning a fresh one.
+    `service_key` is the service's pinned verifier key (`GET /v1/audit/public-key`, `hero audit public-key`; see
+    `bundle.service_keys`); `provider_id` this provider's registered id (default: the `sub` of its own token).
     `client` is any `httpx.Client` (base URL set); pass `base_url` instead to let the source make one.
+    `allow_unsigned=True` also accepts the unsigned `hero-bundle-2` / `-1` of a service that does not sign yet.
     """
 
     def __init__(
@@ -43,6 +51,9 @@ class BundleSource:
         private_key: bytes,
         token: str | Callable[[], str],
         *,
+        service_key: ServiceKey | None,
+        provider_id: str | None = None,
+        allow_unsigned: bool = False,
         base_url: str | None = None,
         client: httpx.Client | None = None,
         profile: str | None = None,
@@ -55,6 +66,11 @@ class BundleSource:
             if base_url is None:
                 raise ValueError("give base_url or client")
             client = httpx.Client(base_url=base_url, timeout=timeout_s)
+        self._service_key = service_keys(service_key) if service_key is not None else None
+        if self._service_key is None and not allow_unsigned:
+            raise BundleError("service_key is required: pin the service's key (GET /v1/audit/public-key)")
+        self._provider_id = provider_id
+        self._allow_unsigned = allow_unsigned
         self._client = client
         self._private_key = private_key
         self._token = token
@@ -85,15 +101,16 @@ class BundleSource:
         assert current is not None
         return current
 
-    def _auth(self) -> dict[str, str]:
+    def _auth(self) -> tuple[dict[str, str], str]:
+        """(headers, this provider's id): the id given, else the `sub` of the provider's own token."""
         token = self._token() if callable(self._token) else self._token
-        return {"Authorization": f"Bearer {token}"}
+        return {"Authorization": f"Bearer {token}"}, self._provider_id or token_subject(token)
 
     def refresh(self) -> bool:
         """One poll; True when a new bundle was installed. Raises BundleFetchError / BundleError."""
         with self._lock:
             current = self._bundle
-        headers = self._auth()
+        headers, provider_id = self._auth()
         near_expiry = current is not None and current.expires_at - self.refresh_margin <= datetime.now(UTC)
         if current is not None and not near_expiry:
             headers["If-None-Match"] = f'"{current.etag}"'
@@ -109,7 +126,12 @@ class BundleSource:
             except ValueError:
                 detail = ""
             raise BundleFetchError(resp.status_code, detail[:200])
-        new = open_bundle(resp.json()["bundle"], self._private_key)
+        try:
+            sealed = resp.json()["bundle"]
+        except (ValueError, KeyError, TypeError):
+            raise BundleError("bundle response is not the expected JSON") from None
+        new = open_bundle(sealed, self._private_key, service_key=self._service_key, provider_id=provider_id,
+                          allow_unsigned=self._allow_unsigned)
         with self._lock:
             self._bundle = new
         log.info("generation bundle installed", extra={"bundle_id": new.bundle_id, "versions": new.key_versions})
@@ -159,3 +181,16 @@ class BundleSource:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def token_subject(token: str) -> str:
+    """The `sub` of the provider's own JWT (read, not verified: the service checks the token; here it only names
+    which provider the bundle must be for)."""
+    try:
+        payload = token.split(".")[1]
+        sub = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))).get("sub")
+    except (IndexError, ValueError, AttributeError, binascii.Error):
+        sub = None
+    if not isinstance(sub, str) or not sub:
+        raise BundleError("provider_id not given and the token has no 'sub': pass provider_id=")
+    return sub

@@ -18,7 +18,7 @@ class ProviderIn(BaseModel):
                             description="base64 of the raw public key bundles are sealed to (32 bytes for x25519, "
                                         "1216 for mlkem768-x25519)")
     key_type: Literal["x25519", "mlkem768-x25519"] = Field(
-        default="x25519", description="the HPKE KEM of hero-bundle-2: X25519, or the hybrid ML-KEM-768 + X25519")
+        default="x25519", description="the HPKE KEM of hero-bundle-3: X25519, or the hybrid ML-KEM-768 + X25519")
     expires_at: datetime | None = Field(default=None, description="after this, bundle requests get 403")
 
 
@@ -43,7 +43,7 @@ class BundleIn(BaseModel):
 
 
 class BundleOut(BaseModel):
-    bundle: str = Field(description="base64 of the sealed bundle (format hero-bundle-2, docs/providers.md)")
+    bundle: str = Field(description="base64 of the sealed, service-signed bundle (hero-bundle-3, docs/providers.md)")
     etag: str = Field(description="send back as If-None-Match: 304 while the key set is unchanged")
     bundle_id: str
     profile: str

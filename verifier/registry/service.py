@@ -1,7 +1,9 @@
 """Provider registry and generation-key bundles.
 
 An admin registers a provider (id + X25519 public key); the provider, authenticated as role `provider` with
-`sub` = its id, receives the active key table of every level sealed to that key (`verifier.provider.bundle`).
+`sub` = its id, receives the active key table of every level sealed to that key and signed with the service's
+transparency-log key (`hero-bundle-3`, `verifier.provider.bundle`): the provider checks that signature against the
+key it pinned, so whoever can place bytes on its bundle path cannot swap its keys.
 Each registration, revocation and bundle issuance commits with its audit event; a bundle is returned only
 after its audit event (and transparency receipt) is durable. Key material never reaches a log line, an
 exception, the database or a response in clear: the service derives the tables, seals them, and drops them.
@@ -19,12 +21,13 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.exc import IntegrityError
 
 from verifier.audit.service import Actor, AuditEvent, append_or_fail, record_with_receipts
+from verifier.audit.signer import LogSigner
 from verifier.db import Database
 from verifier.engine.profile import Profile
 from verifier.errors import Conflict, Forbidden, InvalidInput, NotFound
 from verifier.keys.decodable import iso
 from verifier.keys.service import DbKeyStore
-from verifier.provider.bundle import BundleError, canonical_header, parse_public_key, seal_bundle_v2
+from verifier.provider.bundle import BundleError, canonical_header, parse_public_key, seal_bundle_v3
 from verifier.registry import repository as repo
 from verifier.registry.models import ProviderRow
 
@@ -133,7 +136,7 @@ class BundleIssue:
     etag: str
     key_versions: dict[str, str]
     expires_at: datetime
-    receipt: dict | None
+    receipt: dict
 
     def __repr__(self) -> str:
         return f"BundleIssue(id={self.bundle_id!r}, etag={self.etag!r}, versions={self.key_versions})"
@@ -183,14 +186,15 @@ def issue_bundle(
     actor: Actor,
     *,
     if_none_match: str | None = None,
+    signer: LogSigner,
     ttl: timedelta = DEFAULT_BUNDLE_TTL,
-    signer=None,
     interval_s: float = 0.0,
 ) -> BundleIssue | str:
     """The sealed bundle for the provider `actor.subject`, or its ETag alone when `if_none_match` matches.
 
     Order: provider check (403 before any key is touched), ETag from metadata (304 without decrypting),
-    tables derived and sealed, audit event + receipt committed, then returned. No audit, no bundle.
+    tables derived, sealed and signed with `signer`'s key, audit event + receipt committed, then returned.
+    No audit, no bundle.
     """
     provider = active_provider(db, actor.subject)
     versions = active_versions(store, profile)
@@ -209,7 +213,7 @@ def issue_bundle(
         "bundle_id": bundle_id, "provider_id": provider.provider_id, "profile": profile.to_dict(),
         "key_versions": versions, "issued_at": now.isoformat(), "expires_at": expires_at.isoformat(), "etag": etag,
     }
-    sealed = seal_bundle_v2(header, keyset, provider.public_key, provider.key_type)
+    sealed = seal_bundle_v3(header, keyset, provider.public_key, provider.key_type, signer.key, signer.origin)
     del keyset
     event = _event(
         actor, "keys.bundle",
@@ -217,13 +221,7 @@ def issue_bundle(
         f"expires {expires_at.isoformat()}",
         levels=range(1, profile.depth + 1), key_version=",".join(versions.values())[:64],
     )
-    if signer is None:
-        from verifier.audit.service import record
-
-        record(db, [event])
-        receipt = None
-    else:
-        (receipt,) = record_with_receipts(db, [event], signer, interval_s)
+    (receipt,) = record_with_receipts(db, [event], signer, interval_s)
     log.info("generation bundle issued",
              extra={"provider_id": provider.provider_id, "bundle_id": bundle_id, "versions": versions})
     return BundleIssue(sealed, bundle_id, etag, versions, expires_at, receipt)

@@ -1,7 +1,8 @@
 """The fused generation step: one call per step for a whole batch, the repeated-context check on the device.
 
-`FusedSampler.step(logits, contexts, payload, generated, log)` does, per row, what
-`verifier.engine.generation.watermark_step` does with Python sets: decide whether the row is marked (spec
+`FusedSampler.step(logits, contexts, payload, generated, log)` is the one sampling step of every generation path
+(`hero generate`, the provider SDK, `HeroWatermarkingConfig`, serving engines through verifier/provider/step.py).
+Per row: decide whether the row is marked (the rule written out in verifier/engine/reference.py `is_marked`: spec
 v2: not while the context touches the prompt, i.e. generated < h, nor while an `OpeningGate` holds the
 row; never for a context already in the row's log), derive the position segment and one seed per level,
 route over chunk masses and Gumbel-max inside the chunk, or draw from the same distribution with fresh

@@ -222,7 +222,7 @@ def rate(mask: np.ndarray) -> dict:
     """Rate over texts x reps; the CI counts texts (reps averaged per text) so it is not over-narrow."""
     per_text = mask.mean(axis=1)
     k = float(per_text.sum())
-    return {"rate": round(float(mask.mean()), 3), "wilson95_texts": wilson(int(round(k)), mask.shape[0])}
+    return {"rate": round(float(mask.mean()), 3), "wilson95_texts": wilson(round(k), mask.shape[0])}
 
 
 def analyse(args: argparse.Namespace) -> None:

@@ -37,7 +37,7 @@ from gpu.opening import OpeningGate
 from gpu.sampler import HeroSampler, route_and_sample
 
 __all__ = ["BACKENDS", "SPEC_VERSIONS", "ContextLog", "FusedSampler", "message_words"]
-SPEC_VERSIONS = (1, 2, 3)  # every backend implements every one of them
+SPEC_VERSIONS = (1, 2, 3, 4)  # every backend implements every one of them (v4: v3's construction)
 
 
 def message_words(h: int) -> int:
@@ -101,7 +101,7 @@ class FusedSampler:
         self.seed_key_words = torch.stack([torch.cat([w[0].reshape(1), w[1].reshape(1)]) for w in words]).to(
             torch.int64).contiguous()
         self._cpu_seed_keys: tuple = ()
-        if spec_version == 3:
+        if spec_version >= 3:
             host = self.seed_key_words.cpu()
             self._cpu_seed_keys = (host[:, 0].contiguous().numpy(), host[:, 1].contiguous().numpy())
 

@@ -74,9 +74,9 @@ if triton is not None:
     @triton.jit
     def _level_seed(k0, k1, sk0, sk1, ctx_ptr, H: tl.constexpr, SPEC: tl.constexpr):
         """The spec-version branch of a level's seed: v1 and v2, SipHash of the h-gram under the entry key
-        (k0, k1); v3, SipHash under the level key (sk0, sk1), then the entry's value key XORed in."""
-        tl.static_assert(SPEC == 1 or SPEC == 2 or SPEC == 3)
-        if SPEC == 3:
+        (k0, k1); v3 and v4, SipHash under the level key (sk0, sk1), then the entry's value key XORed in."""
+        tl.static_assert(SPEC == 1 or SPEC == 2 or SPEC == 3 or SPEC == 4)
+        if SPEC >= 3:  # v4 keeps v3's construction
             a, b = _sip_ctx(sk0, sk1, ctx_ptr, H)
             return a ^ k0, b ^ k1
         else:

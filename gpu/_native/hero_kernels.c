@@ -1036,6 +1036,7 @@ static inline int level_seed(const Step *s, int64_t l, uint64_t k0, uint64_t k1,
         siphash128(k0, k1, msg, (int)s->nw, lo, hi);
         return 1;
     case 3:
+    case 4: /* spec v4 keeps v3's construction (docs/spec.md section 18) */
         if (!s->sk0) return 0;
         siphash128(s->sk0[l], s->sk1[l], msg, (int)s->nw, lo, hi);
         *lo ^= k0;
@@ -1299,7 +1300,7 @@ PyDoc_STRVAR(sample_step_doc,
              "slot slots[b] < S: payload int64[S*K*L], generated int64[S] (+1), seen int64[S*cap*nw] and counts\n"
              "int64[S] (appended); rand float64[B] (unmarked rows), out int64[B], marks int64[B] (1 = watermarked);\n"
              "nthreads: rows split over that many threads (each row's work and result are the same either way);\n"
-             "sk0/sk1 int64[L]: spec v3's level keys (required when spec = 3).");
+             "sk0/sk1 int64[L]: spec v3/v4's level keys (required when spec >= 3).");
 
 /* Rows [lo, hi) of a step on one thread, with its own copy of the shared state (its own error flag) and its
  * own V-sized buffer. Rows touch disjoint slots (the caller's contract), so threads never share a write. */
@@ -1374,8 +1375,8 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
         !check_len(&seen, S * cap * nw * 8, "seen") || !check_len(&counts, S * 8, "counts") ||
         !check_len(&rnd, B * 8, "rand") || !check_len(&out, B * 8, "out") || !check_len(&mk, B * 8, "marks"))
         goto done;
-    if (spec == 3 && (!sk0.buf || !sk1.buf || !check_len(&sk0, L * 8, "sk0") || !check_len(&sk1, L * 8, "sk1"))) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sample_step: spec 3 needs the level keys sk0/sk1");
+    if (spec >= 3 && (!sk0.buf || !sk1.buf || !check_len(&sk0, L * 8, "sk0") || !check_len(&sk1, L * 8, "sk1"))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sample_step: spec 3 and 4 need the level keys sk0/sk1");
         goto done;
     }
     /* rows over threads only where a row's two passes over V outweigh starting a thread */
@@ -1390,7 +1391,7 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
     {
         Step s = {lg.buf, dbl, B, V, h, K, L, C, nsched, segments, stride, spec, cap, nw, ctx.buf, pay.buf,
                   sched.buf, slots.buf, S, k0.buf, k1.buf, pk0, pk1, gen.buf, counts.buf, out.buf, mk.buf, seen.buf,
-                  rnd.buf, 0, spec == 3 ? sk0.buf : NULL, spec == 3 ? sk1.buf : NULL};
+                  rnd.buf, 0, spec >= 3 ? sk0.buf : NULL, spec >= 3 ? sk1.buf : NULL};
         Py_BEGIN_ALLOW_THREADS
         step_rows(&s, p, nt);
         Py_END_ALLOW_THREADS
@@ -1514,6 +1515,6 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
     isa = &isas[0];
     while (!isa_supported(isa)) isa++; /* the last path, generic, is always supported */
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 7);
+    if (m) PyModule_AddIntConstant(m, "ABI", 8); /* 8: spec v4 in sample_step */
     return m;
 }

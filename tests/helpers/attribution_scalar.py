@@ -22,6 +22,7 @@ from verifier.engine.attribution import (
     LevelEvidence,
     _join,
     _spans,
+    not_significant,
 )
 
 
@@ -127,8 +128,7 @@ def _decide(ev: LevelEvidence, alpha: float, cell_bits: int, full: _Region) -> A
         # spec 16.3: a region may open the level at alpha / (m + 1) when the whole text shows p <= 1e-2
         best = min((r.level_log_p() + scan for r in regions if r.tokens), default=0.0)
         if windows == 1 or level_lp > math.log(1e-2) or best > log_alpha:
-            return Attribution("absent", level_lp,
-                               reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
+            return Attribution("absent", level_lp, reason=not_significant(level_lp, log_alpha))
         level_lp = min(0.0, best)
     cells = len(full.winners)
     cell_alpha = log_alpha - math.log(cells)  # per-cell threshold: alpha / K (alpha for one cell)

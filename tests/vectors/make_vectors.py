@@ -1,4 +1,4 @@
-"""Regenerates tests/vectors/hero_v1.json, hero_v2.json and hero_v3.json from the pure-Python reference.
+"""Regenerates tests/vectors/hero_v1.json, hero_v2.json, hero_v3.json and hero_v4.json from the pure-Python reference.
 
 The files are frozen: once released, a change to any value is a breaking change of the spec
 (docs/spec.md). Run only to add new vectors: `python tests/vectors/make_vectors.py [v1|v2|v3]`.
@@ -23,6 +23,7 @@ from verifier.engine.keys import entry_key, position_key
 OUT = Path(__file__).with_name("hero_v1.json")
 OUT_V2 = Path(__file__).with_name("hero_v2.json")
 OUT_V3 = Path(__file__).with_name("hero_v3.json")
+OUT_V4 = Path(__file__).with_name("hero_v4.json")
 
 
 def hexb(b: bytes) -> str:
@@ -240,11 +241,13 @@ def v3_keys(master: bytes, level: int, key_bits: int, per_value: bool) -> tuple[
     return level_key, [hkdf16(master, salt, label + struct.pack(">BI", level, a)) for a in range(1 << key_bits)]
 
 
-def main_v3() -> None:
-    """Spec v3 (docs/spec.md section 15): keys, level seed ^ value key draws, window scores, generation step."""
-    rng = random.Random(20261127)
+def main_v3(spec_version: int = 3) -> None:
+    """Spec v3 (docs/spec.md section 15): keys, level seed ^ value key draws, window scores, generation step.
+    Spec v4 (section 18) keeps v3's construction: its vectors are the same kinds of case from another seed, with
+    the v4 profile's shape (K_1 = 80, h = 3, 8-bit per-value levels) among the decode cases."""
+    rng = random.Random(20261127 if spec_version == 3 else 20261129)
     rb = lambda n: bytes(rng.randrange(256) for _ in range(n))  # noqa: E731
-    v: dict = {"spec_version": 3}
+    v: dict = {"spec_version": spec_version}
     v["hkdf"] = []
     for level, value, per_value in [(1, 0, True), (1, 255, True), (1, 3, False), (2, 4095, True), (3, 77, True)]:
         master = rb(32)
@@ -268,7 +271,9 @@ def main_v3() -> None:
                           "s0": f"{s0:016x}", "s1": f"{s1:016x}", "words": words})
     v["decode"] = []
     # (vocab, schedule, bits per level, segments, h, windows, per-value flags, stride)
+    v4_shape = [(49152, [80], [2, 2], 4, 3, 8, [True, True], 0)] if spec_version == 4 else []  # 8-bit values
     for vocab, sched, bits, segs, h, windows, flags, stride in [
+        *v4_shape,
         (49152, [80], [2, 3], 2, 3, 8, [True, True], 0),  # v3 shape: public 4-bit and private 6-bit values
         (49152, [20], [2, 2], 3, 4, 8, [False, True], 20),  # segmented level 1 under the v3 construction
         (500, [5, 3], [1, 1, 2], 3, 2, 3, [True, False, True], 0),
@@ -285,7 +290,8 @@ def main_v3() -> None:
                                         "keys": [hexb(k) for k in ks]} for lv, ks, pv, lk in tables],
                             "scores": scores, "counts": counts, "scored_positions": R.scored_positions(ids, h)})
     v["sample"] = []
-    for vocab, sched, bits, segs in [(64, [4], [2, 3], 2), (200, [20], [2, 4], 2)]:
+    for vocab, sched, bits, segs in [(64, [4], [2, 3], 2), (200, [20], [2, 4], 2)] + (
+            [(1000, [80], [2, 3], 2)] if spec_version == 4 else []):
         for _ in range(3):
             masters = [rb(32) for _ in bits]
             tabs = [v3_keys(m, lv + 1, b * segs, True) for lv, (m, b) in enumerate(zip(masters, bits, strict=True))]
@@ -300,15 +306,18 @@ def main_v3() -> None:
             v["sample"].append({"vocab_size": vocab, "schedule": sched, "bits": bits, "segments": segs,
                                 "masters": [hexb(x) for x in masters], "values": values, "context": ctx,
                                 "logits": logits, "token": token})
-    OUT_V3.write_text(json.dumps(v, indent=1) + "\n")
-    print(f"wrote {OUT_V3}")
+    out = OUT_V3 if spec_version == 3 else OUT_V4
+    out.write_text(json.dumps(v, indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["v1", "v2", "v3"]
+    which = sys.argv[1:] or ["v1", "v2", "v3", "v4"]
     if "v1" in which:
         main()
     if "v2" in which:
         main_v2()
     if "v3" in which:
         main_v3()
+    if "v4" in which:
+        main_v3(4)

@@ -290,6 +290,13 @@ def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
                         cell_bits)[0]
 
 
+def not_significant(log_p: float, log_alpha: float) -> str:
+    """The reason of an `absent` level: its p-value misses alpha. Not "no evidence": p = 0.005 is some evidence,
+    too little to call the level watermarked or to name a value."""
+    return (f"not significant: p = {stats.to_p(log_p):.3g} does not reach alpha = {stats.to_p(log_alpha):.3g} "
+            "(too little evidence to call this level watermarked; not a finding that it is unmarked)")
+
+
 def whole_text_log_p(tops: RegionTops) -> np.ndarray:
     """Per text [B], the level's whole-text log p-value at one key version (no correction for versions):
     Fisher over the cells with tokens of each cell's max-of-C tail. Picks the version that made a text."""
@@ -327,7 +334,7 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
             att = Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
         elif level_lp[i] > log_alpha and (windows == 1 or level_lp[i] > LOG_SCAN_GATE):
             lp = float(level_lp[i])
-            att = Attribution("absent", lp, reason=f"no evidence for this level (p = {stats.to_p(lp):.3g})")
+            att = Attribution("absent", lp, reason=not_significant(lp, log_alpha))
         else:
             att = None
             hits.append(i)
@@ -342,7 +349,7 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
             lp = opened_level(float(level_lp[i]), rows, windows, log_v, log_alpha)
             if lp is None:
                 lp = float(level_lp[i])
-                out[i] = Attribution("absent", lp, reason=f"no evidence for this level (p = {stats.to_p(lp):.3g})")
+                out[i] = Attribution("absent", lp, reason=not_significant(lp, log_alpha))
                 continue
             out[i], source = _decide(_Region.of(full, i, 0, windows, 0), rows, windows, per_value, log_v, lp,
                                      log_alpha, cell_bits)

@@ -52,6 +52,9 @@ class LevelResult:
     # The whole-text argmax value whether or not the evidence supports it: the paper's bit-accuracy metric
     # (evaluation only). Never serialized (to_dict drops it), never released to a caller.
     most_likely: int | None = None
+    # Values this level's search covered (its p-value is corrected for them): a spec v4 level's issued count,
+    # else every value of a per-value level (2^bits); a segmented level: values per segment (2^b).
+    searched: int | None = None
 
     def to_dict(self) -> dict:
         """Plain data for release: every field but `most_likely`."""
@@ -61,7 +64,7 @@ class LevelResult:
             "confidence": self.confidence, "p_value": self.p_value, "log10_p_value": self.log10_p_value,
             "bit_confidence": list(self.bit_confidence), "segment_tokens": list(self.segment_tokens),
             "undecoded_segments": list(self.undecoded_segments), "versions_tried": self.versions_tried,
-            "status": self.status, "reason": self.reason,
+            "status": self.status, "reason": self.reason, "searched": self.searched,
             "candidates": None if self.candidates is None else [
                 {**c, "fields": dict(c["fields"])} for c in self.candidates],
             "spans": None if self.spans is None else [{**sp, "fields": dict(sp["fields"])} for sp in self.spans],
@@ -95,10 +98,20 @@ def _log10(log_p: float) -> float:
     return log_p / math.log(10.0)
 
 
+# `inconsistent-levels` needs a deeper level far from significant on a text long enough to expect its evidence:
+# a genuine top-k/top-p text whose level 2 is merely short of alpha (p = 1e-3, say) is normal, not a warning.
+INCONSISTENT_P = 0.01
+INCONSISTENT_TOKENS = 100
+
+
 def _flags(levels: list[LevelResult]) -> list[str]:
     flags = []
-    if levels[0].status == "decoded" and any(lv.status == "absent" for lv in levels[1:]):
-        flags.append("inconsistent-levels")  # e.g. made by someone holding only level-1 keys, or edited
+    n = sum(levels[0].segment_tokens)
+    if levels[0].status == "decoded" and n >= INCONSISTENT_TOKENS and any(
+            lv.status == "absent" and lv.p_value >= INCONSISTENT_P for lv in levels[1:]):
+        # level 1 names a value while a deeper held level shows no sign of its mark (p >= 0.01 over >= 100
+        # scored tokens): made by someone holding only level-1 keys, or heavily edited
+        flags.append("inconsistent-levels")
     if any(lv.status == "mixed" for lv in levels):
         flags.append("mixed-sources")
     return flags
@@ -175,6 +188,13 @@ class Decoder:
         self._words = {
             (lv, t.version): prf.key_words(list(t.entries), self.device) for lv, ts in self.tables.items() for t in ts
         }
+        # spec v4: a level with issued values is searched over those only (their rows of the key words)
+        self._issued = {lv: torch.tensor(profile.levels[lv - 1].issued, dtype=torch.int64, device=self.device)
+                        for lv in self.tables if profile.levels[lv - 1].issued is not None}
+        self._searched_words = {
+            (lv, v): (k0[self._issued[lv]], k1[self._issued[lv]]) if lv in self._issued else (k0, k1)
+            for (lv, v), (k0, k1) in self._words.items()
+        }
         self._seed_words = {  # spec v3 level keys (one seed per token and level)
             (lv, t.version): prf.key_words([t.level_key], self.device)
             for lv, ts in self.tables.items() for t in ts if t.level_key is not None
@@ -215,9 +235,17 @@ class Decoder:
                            prof.windows)
         return segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), lk)
 
-    def _level_keys(self, lv: int, version: str) -> LevelKeys:
-        return LevelKeys(lv, *self._words[(lv, version)], per_value=self.profile.levels[lv - 1].per_value,
+    def _level_keys(self, lv: int, version: str, every_value: bool = False) -> LevelKeys:
+        """The keys a decode searches: a spec v4 level's issued values only (candidate c is value
+        `issued[c]`), unless `every_value` (the one-value test indexes keys by value)."""
+        words = self._words if every_value else self._searched_words
+        return LevelKeys(lv, *words[(lv, version)], per_value=self.profile.levels[lv - 1].per_value,
                          seed_key=self._seed_words.get((lv, version)))
+
+    def _value_of(self, level: int, index: int | None) -> int | None:
+        """The level value of candidate `index` (a spec v4 level searches its issued values only)."""
+        issued = self.profile.levels[level - 1].issued
+        return index if index is None or issued is None else issued[index]
 
     def _position_key(self, version: str) -> bytes:
         for t in self.tables[1]:
@@ -357,22 +385,28 @@ class Decoder:
         positions = None
         if att.spans:
             positions = reference.scored_positions(list(ids), prof.context_width)
+        val = self._value_of
+        bit_confidence = att.bit_confidence or [None] * lv.value_bits
+        if lv.issued is not None:  # the posterior is over issued values: each bit is at least as sure as the value
+            bit_confidence = [att.confidence if att.status == "decoded" else None] * lv.value_bits
         return LevelResult(
             level=level,
             key_version=table.version if matched else None,
-            fields=value_fields(prof, level, att.value if att.status == "decoded" else None),
+            fields=value_fields(prof, level, val(level, att.value) if att.status == "decoded" else None),
             confidence=att.confidence,
             p_value=stats.to_p(att.log_p),
             log10_p_value=_log10(att.log_p),
-            bit_confidence=att.bit_confidence or [None] * lv.value_bits,
+            bit_confidence=bit_confidence,
             segment_tokens=list(seg_counts),  # its own list: the levels of a text share `seg_counts`
             undecoded_segments=undecoded,
             versions_tried=tried,
             status=status,
             reason=reason,
-            most_likely=att.most_likely,
+            most_likely=val(level, att.most_likely),
+            searched=lv.searched,
             candidates=[
-                {"fields": value_fields(prof, level, c.value), "p_value": stats.to_p(c.log_p), "tokens": c.tokens}
+                {"fields": value_fields(prof, level, val(level, c.value)), "p_value": stats.to_p(c.log_p),
+                 "tokens": c.tokens}
                 for c in att.candidates
             ]
             if att.status == "mixed"
@@ -381,7 +415,7 @@ class Decoder:
                 {
                     "start": positions[sp.start],
                     "end": positions[sp.end - 1] + 1,
-                    "fields": value_fields(prof, level, sp.value),
+                    "fields": value_fields(prof, level, val(level, sp.value)),
                 }
                 for sp in att.spans
             ]

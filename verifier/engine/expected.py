@@ -56,7 +56,7 @@ def expected_log_p(decoder: Decoder, batch: Sequence[Sequence[int]], level: int,
         for table in decoder.tables[level]:
             if level == 1 and table.version != pos_version:
                 continue  # level 1's keys and its position key are one version
-            full = decoder._level_keys(level, table.version)
+            full = decoder._level_keys(level, table.version, every_value=True)
             if not 0 <= value < full.candidates:
                 raise ValueError(f"level {level} has values 0..{full.candidates - 1}, not {value}")
             one = slice(value, value + 1)  # v's key alone: the kernel scores one candidate

@@ -18,9 +18,13 @@ from verifier.resources import project_root
 
 DEFAULT_FIRST_CHUNKS = 20
 DEFAULT_DEEPER_CHUNKS = 4
-SPEC_VERSIONS = (1, 2, 3)
+SPEC_VERSIONS = (1, 2, 3, 4)
 ENCODINGS = ("segments", "value")
 MAX_VALUE_BITS = 16  # a per-value level is decoded by trying all 2^bits values
+# The profile a NEW deployment (no keys yet, no HERO_PROFILE) is set up with: the best spec this release ships.
+# An existing deployment keeps the profile its keys were made with (verifier/keys/deployment.py). One line to
+# change when a better profile ships.
+NEW_DEPLOYMENT_PROFILE = "v3"
 V2_WINDOWS = 8  # spec v2: scored tokens are scored in 8 windows (prefix/suffix scans of mixed texts)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
@@ -44,6 +48,9 @@ class Level:
     # value: one key per whole level value, decoded by maximum likelihood over all values (v2 private)
     encoding: str = "segments"
     segments: int = 1
+    # spec v4 (docs/spec.md section 18): the whole values a deployment has issued at a per-value level, sorted.
+    # The decoder searches only these (its correction counts them); generation refuses any other value.
+    issued: tuple[int, ...] | None = None
 
     @property
     def per_value(self) -> bool:
@@ -58,6 +65,12 @@ class Level:
     def key_bits(self) -> int:
         """log2 of the key-table size: one key per segment value, or per whole level value."""
         return self.value_bits if self.per_value else self.bits
+
+    @property
+    def searched(self) -> int:
+        """How many values a decoder searches at this level (the count its level p-value is corrected for):
+        the issued values under spec v4, else every value of a per-value level (2^bits per segment cell)."""
+        return len(self.issued) if self.issued is not None else 1 << self.key_bits
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,7 @@ class Profile:
                     "bits": lv.bits,
                     **({"chunks": lv.chunks} if lv.chunks is not None else {}),
                     **({"encoding": lv.encoding} if self.spec_version >= 2 else {}),
+                    **({"issued": list(lv.issued)} if lv.issued is not None else {}),
                     "fields": [{"name": f.name, "bits": f.bits} for f in lv.fields],
                 }
                 for lv in self.levels
@@ -199,7 +213,29 @@ def _level(raw: Any, i: int, last: bool, segments: int, where: str, seen: set[st
             f"{lw}: a per-value level is decoded over all 2^bits values; {bits * segments} bits exceeds "
             f"{MAX_VALUE_BITS}"
         )
-    return Level(bits=bits, fields=fields, chunks=chunks, encoding=encoding, segments=segments)
+    issued = _issued(raw, lw, encoding, bits * segments, spec_version)
+    return Level(bits=bits, fields=fields, chunks=chunks, encoding=encoding, segments=segments, issued=issued)
+
+
+MAX_ISSUED = 1024  # an issued list is a deployment's registered values (model ids), not a field's whole range
+
+
+def _issued(raw: dict[str, Any], lw: str, encoding: str, value_bits: int, spec_version: int) -> tuple[int, ...] | None:
+    """Spec v4's `issued`: a non-empty list of distinct whole values of a per-value level."""
+    if "issued" not in raw:
+        return None
+    if spec_version < 4:
+        raise ProfileError(f"{lw}: 'issued' (search only the issued values) needs spec_version 4")
+    if encoding != "value":
+        raise ProfileError(f"{lw}: 'issued' applies to a per-value level (encoding: value)")
+    vals = raw["issued"]
+    if not isinstance(vals, list) or not vals or len(vals) > MAX_ISSUED:
+        raise ProfileError(f"{lw}: 'issued' must be a list of 1..{MAX_ISSUED} values")
+    if any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < (1 << value_bits) for v in vals):
+        raise ProfileError(f"{lw}: every issued value must be an integer in 0..{(1 << value_bits) - 1}")
+    if len(set(vals)) != len(vals):
+        raise ProfileError(f"{lw}: 'issued' lists a value twice")
+    return tuple(sorted(vals))
 
 
 def profile_from_dict(data: dict[str, Any]) -> Profile:
@@ -212,7 +248,7 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
     where = f"profile {name!r}"
     spec_version = _int(data, "spec_version", where, 1)
     if spec_version not in SPEC_VERSIONS:
-        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1-3)")
+        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1-4)")
     vocab = _int(data, "vocab_size", where)
     h = _int(data, "context_width", where, 4)
     segments = _int(data, "segments", where)
@@ -272,6 +308,12 @@ def default_profile() -> Profile:
 def v3_profile() -> Profile:
     """The spec v3 profile (policies/profiles/v3.yaml): public `model` by maximum likelihood, v3 construction."""
     return load_profile(PROFILES_DIR / "v3.yaml")
+
+
+def v4_profile() -> Profile:
+    """The spec v4 profile (policies/profiles/v4.yaml): v3's construction, the public level searched over the
+    issued model ids only (docs/spec.md section 18)."""
+    return load_profile(PROFILES_DIR / "v4.yaml")
 
 
 def v1_profile() -> Profile:

@@ -32,6 +32,7 @@ from verifier.engine.attribution import (
     _bit_confidence,
     _decide,
     _Region,
+    not_significant,
     opened_level,
     posterior_batch,
 )
@@ -350,7 +351,7 @@ def _attribute(full: _Region, regions: list[_Region], basis: np.ndarray, ev: _To
     opened = None if gated and level_lp > math.log(alpha) else opened_level(level_lp, regions, windows, log_v,
                                                                                  math.log(alpha))
     if opened is None:
-        return Attribution("absent", level_lp, reason=f"no evidence for this level (p = {stats.to_p(level_lp):.3g})")
+        return Attribution("absent", level_lp, reason=not_significant(level_lp, math.log(alpha)))
     att, source = _decide(full, regions, windows, per_value, log_v, opened, math.log(alpha), bits)
     if source is not None:
         row = next(i for i, reg in enumerate([full, *regions]) if reg is source)

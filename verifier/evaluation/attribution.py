@@ -83,10 +83,20 @@ def _bits(v: int, n: int) -> list[int]:
     return [(v >> (n - 1 - k)) & 1 for k in range(n)]
 
 
+def hero_model_value(profile: Profile, seed: int) -> int:
+    """The `model` a HeRo profile's texts carry: model_value(seed) cut to the field's width, or under spec v4 one
+    of the profile's issued model ids (generation refuses any other: docs/spec.md section 18)."""
+    (lv,) = [lv for lv in profile.levels if any(f.name == "model" for f in lv.fields)]
+    (f,) = [f for f in lv.fields if f.name == "model"]
+    if lv.issued is not None and len(lv.fields) == 1:
+        return lv.issued[model_value(seed) % len(lv.issued)]
+    return model_value(seed) & ((1 << f.bits) - 1)
+
+
 def payload_for(method: Method, seed: int, user: int) -> list[int]:
     """Flat payload bits carrying (model_value(seed), user) in the method's layout."""
     if isinstance(method, HeroMethod):
-        values = {"model": model_value(seed), "user": user}
+        values = {"model": hero_model_value(method.profile, seed), "user": user}
         bits: list[int] = []
         for lvl in method.profile.levels:
             for f in lvl.fields:
@@ -185,8 +195,7 @@ def model_truth(method: Method | ModelAwareMethod, seed: int) -> int:
     profile = getattr(method, "profile", None)
     if profile is None:
         return model_value(seed)
-    (f,) = [f for lv in profile.levels for f in lv.fields if f.name == "model"]
-    return model_value(seed) & ((1 << f.bits) - 1)
+    return hero_model_value(profile, seed)
 
 
 def gate(atts: Sequence[Attribution], threshold: float | None) -> list[Attribution]:

@@ -12,20 +12,21 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verifier.auth.policy import Policy, load_policy
 from verifier.db import Database, check_schema, upgrade
 from verifier.engine.profile import Profile, resolve_profile
-from verifier.jobs.drain import DrainContext
-from verifier.jobs.kek_rotation import rotate_kek
+from verifier.keys.deployment import deployment_profile
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
-from verifier.lm import TokenizerCache
 from verifier.secretfile import private_dir
 from verifier.settings import Settings
-from verifier.verify.runner import Runner
-from verifier.verify.scoring import deployment_sampling, model_aware_scorer
+
+if TYPE_CHECKING:  # the decode machinery (torch) is imported by build_process, not by a CLI that only opens keys
+    from verifier.jobs.drain import DrainContext
+    from verifier.lm import TokenizerCache
+    from verifier.verify.runner import Runner
 
 
 def open_database(settings: Settings, *, check: bool = False) -> Database:
@@ -43,6 +44,8 @@ def open_database(settings: Settings, *, check: bool = False) -> Database:
 
 def open_store(settings: Settings, db: Database | None = None) -> DbKeyStore:
     """The service's encrypted key store (the same database and KEK in every process)."""
+    from verifier.jobs.kek_rotation import rotate_kek
+
     return DbKeyStore(db or open_database(settings, check=True), make_kek_provider(settings), rekey=rotate_kek)
 
 
@@ -83,6 +86,8 @@ class Process:
         return f"Process(profile={self.profile.name!r}, db={self.db.dialect})"
 
     def drain_context(self, worker: str, device: str = "cpu") -> DrainContext:
+        from verifier.jobs.drain import DrainContext
+
         return DrainContext.from_settings(self.settings, self.db, self.store, self.policy, self.profiles,
                                           self.runner, worker=worker, device=pick_device(device))
 
@@ -93,9 +98,13 @@ class Process:
 
 def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] | None = None,
                   check: bool = False) -> Process:
+    from verifier.lm import TokenizerCache
+    from verifier.verify.runner import Runner
+    from verifier.verify.scoring import deployment_sampling, model_aware_scorer
+
     db = open_database(settings, check=check)
     store = open_store(settings, db)
-    profile = resolve_profile(settings.profile)
+    profile = resolve_profile(deployment_profile(settings.profile, db))
     tokenizers = TokenizerCache(tokenizer_loader)
     return Process(settings=settings, db=db, store=store, policy=load_policy(settings.roles_file), profile=profile,
                    profiles=profile_lookup(profile), tokenizers=tokenizers,

@@ -20,7 +20,9 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=hero_home)
     database_url: str | None = None
     auto_migrate: bool | None = None  # default: True for SQLite (embedded), False otherwise
-    profile: str = "default"
+    # HERO_PROFILE; unset: the profile of the deployment's keys, or NEW_DEPLOYMENT_PROFILE for a new deployment
+    # (verifier/keys/deployment.py)
+    profile: str | None = None
 
     # Keys at rest
     kek_provider: Literal["local", "openbao", "aws-kms", "pkcs11"] = "local"

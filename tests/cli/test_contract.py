@@ -66,7 +66,7 @@ def test_local_decode_applies_the_services_text_limit(capsys, tmp_path, monkeypa
     big.write_text("word " * 4001)  # 20005 characters: one over the default 20000
     code, out, err = run(capsys, "decode", "--levels", "1", "--file", str(big))
     assert code == 2 and out is None and "Traceback" not in err
-    assert "text 0 is too long: 20005 characters (at most 1 text per request and 20000 characters per text)" in err
+    assert "text 1 is too long: 20005 characters (at most 20000 characters per text)" in err
     monkeypatch.setenv("HERO_MAX_TEXT_CHARS", "30000")
     code, _, err = run(capsys, "decode", "--levels", "1", "--file", str(big))
     assert code != 0 and "too long" not in err and "keys init" in err  # within the limit: on to the keys

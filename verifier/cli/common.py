@@ -14,14 +14,30 @@ from verifier.engine.profile import resolve_profile
 
 if TYPE_CHECKING:
     from verifier.db import Database
+    from verifier.engine.profile import Profile
     from verifier.keys.service import DbKeyStore
     from verifier.settings import Settings
 
-__all__ = ["add_profile_arg", "cli_actor", "cli_settings", "emit", "open_database", "open_store", "resolve_profile"]
+__all__ = ["add_profile_arg", "cli_actor", "cli_settings", "command_profile", "configured_profile", "emit",
+           "open_database", "open_store", "resolve_profile"]
 
 
 def add_profile_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="default", help="profile name under policies/profiles or a YAML path")
+    p.add_argument("--profile", default=None,
+                   help="profile name under policies/profiles or a YAML path (default: HERO_PROFILE, else the "
+                   "profile of this deployment's keys, else the new-deployment profile)")
+
+
+def configured_profile(args: argparse.Namespace) -> str | None:
+    """The profile named for this command: --profile, else HERO_PROFILE; None lets the key store decide."""
+    return getattr(args, "profile", None) or cli_settings(args).profile
+
+
+def command_profile(args: argparse.Namespace, store: DbKeyStore) -> Profile:
+    """The profile a command works with: the one rule of every process (verifier.keys.deployment)."""
+    from verifier.keys.deployment import deployment_profile
+
+    return resolve_profile(deployment_profile(configured_profile(args), store.db))
 
 
 def cli_settings(args: argparse.Namespace | None = None) -> Settings:

@@ -10,11 +10,14 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
-from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_settings, emit
 
 SERVICE_TIMEOUT_S = 120.0
+REMOTE_CHUNK = 32  # texts per POST /v1/verify (the service's default HERO_MAX_TEXTS)
+JOB_THRESHOLD = 256  # more texts (none with its own `expect`) go to the service as one decode job
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--text")
     src.add_argument("--file", help="file holding the text: the whole file is one text, blank lines included "
                                     "('-' = stdin)")
+    src.add_argument("--input", metavar="FILE",
+                     help='many texts, JSON lines: a JSON string or {"text": ..., "expect": {"model": 37}} per line '
+                     "('-' = stdin); one JSON result per line out, in order, progress on stderr (through HERO_URL: "
+                     f"/v1/verify in requests of {REMOTE_CHUNK}, a decode job above {JOB_THRESHOLD} texts)")
     p.add_argument("--alpha", type=float, default=None,
                    help="significance for 'watermarked' (local decode; default HERO_ALPHA, 1e-4)")
     p.add_argument("--url", default=None,
@@ -108,9 +115,17 @@ def decode_remote(url: str, token: str, text: str, max_level: int, timeout: floa
 
 def cmd_decode(args: argparse.Namespace) -> None:
     max_level = parse_levels(args.levels)
-    text = read_text(args)
-    if not text.strip():
-        raise ValueError("text is empty")
+    if args.input is not None:
+        items = read_items(args.input)
+        texts, expects = [t for t, _ in items], [e for _, e in items]
+        common = _expect(args)
+        if common:
+            expects = [e if e is not None else common for e in expects]
+    else:
+        text = read_text(args)
+        if not text.strip():
+            raise ValueError("text is empty")
+        texts, expects = [text], [_expect(args) or None]
     url = service_url(args)
     if url is not None:
         if args.alpha is not None:
@@ -118,12 +133,116 @@ def cmd_decode(args: argparse.Namespace) -> None:
         if args.model_aware or args.top_k is not None or args.top_p is not None or args.statistic is not None:
             raise ValueError("--model-aware applies to a local decode; the service scores as its HERO_MODEL_AWARE "
                              "says (or pass --local)")
+        if args.profile:
+            raise ValueError("--profile applies to a local decode; the service decodes with its deployment's "
+                             "profile (GET /readyz names it); pass --local to decode here with another profile")
         token = os.environ.get("HERO_TOKEN", "").strip()
         if not token:
             raise ValueError("HERO_URL is set but HERO_TOKEN is empty: export a bearer token (or pass --local)")
-        emit(decode_remote(url, token, text, max_level, expect=_expect(args) or None))
+        if args.input is None:
+            emit(decode_remote(url, token, texts[0], max_level, expect=expects[0]))
+        else:
+            decode_remote_batch(url, token, texts, expects, max_level)
         return
-    decode_local(args, text, max_level)
+    decode_local(args, texts, expects, max_level)
+
+
+def read_items(path: str) -> list[tuple[str, dict[str, int] | None]]:
+    """The texts (and their own `expect`) of a JSON-lines file; errors name the line."""
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    items: list[tuple[str, dict[str, int] | None]] = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path} line {n}: not JSON ({exc.msg}); each line is a JSON string or "
+                             '{"text": ..., "expect": {...}}') from None
+        if isinstance(item, str):
+            item = {"text": item}
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str) or set(item) - {"text", "expect"}:
+            raise ValueError(f'{path} line {n}: expected a JSON string or {{"text": ..., "expect": {{...}}}}')
+        if not item["text"].strip():
+            raise ValueError(f"{path} line {n}: the text is empty")
+        expect = item.get("expect")
+        if expect is not None and (not isinstance(expect, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in expect.values())):
+            raise ValueError(f'{path} line {n}: "expect" must map field names to integers')
+        items.append((item["text"], expect or None))
+    if not items:
+        raise ValueError(f"{path} holds no texts")
+    return items
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"hero: decoded {done}/{total}", file=sys.stderr, flush=True)
+
+
+def decode_remote_batch(url: str, token: str, texts: list[str], expects: list[dict[str, int] | None],
+                        max_level: int) -> None:
+    """Many texts through a running service, one JSON result per line in input order: /v1/verify requests of
+    REMOTE_CHUNK texts (texts asking the same `expect` together), or one decode job for a large input."""
+    import httpx
+
+    from verifier.client import HeroAPIError, HeroClient
+
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"HERO_URL must start with http:// or https://, got {url[:40]!r}")
+    results: list[dict | None] = [None] * len(texts)
+    try:
+        with HeroClient(url, token, timeout_s=SERVICE_TIMEOUT_S) as client:
+            if len(texts) > JOB_THRESHOLD and not any(expects):
+                job_id = client.submit_job(texts, max_level)
+                print(f"hero: submitted job {job_id} ({len(texts)} texts)", file=sys.stderr, flush=True)
+                seen = -1
+                while True:
+                    j = client._request("GET", f"/v1/jobs/{job_id}", params={"results": "false"}).json()
+                    if j["progress"]["done"] != seen:
+                        seen = j["progress"]["done"]
+                        _progress(seen, len(texts))
+                    if j["status"] in ("done", "failed"):
+                        break
+                    time.sleep(1.0)
+                if j["status"] == "failed":
+                    raise RuntimeError(f"job {job_id} failed: {j.get('error') or 'unknown error'}")
+                for page in client.result_pages(job_id):
+                    for r in page["results"]:
+                        results[r.pop("index")] = r
+            else:
+                groups: dict[tuple, list[int]] = {}
+                for i, e in enumerate(expects):
+                    groups.setdefault(tuple(sorted((e or {}).items())), []).append(i)
+                done = 0
+                for key, idx in groups.items():
+                    for start in range(0, len(idx), REMOTE_CHUNK):
+                        part = idx[start:start + REMOTE_CHUNK]
+                        body: dict = {"texts": [texts[i] for i in part], "max_level": max_level}
+                        if key:
+                            body["expect"] = dict(key)
+                        try:
+                            out = client._request("POST", "/v1/verify", json=body).json()["results"]
+                        except HeroAPIError as exc:
+                            raise RuntimeError(f"service answered {exc.status} for text {part[0] + 1}"
+                                               f"{f'..{part[-1] + 1}' if len(part) > 1 else ''}: {exc.detail}")\
+                                from None
+                        for i, r in zip(part, out, strict=True):
+                            results[i] = r
+                        done += len(part)
+                        _progress(done, len(texts))
+    except HeroAPIError as exc:
+        raise RuntimeError(f"service answered {exc.status}: {exc.detail}") from None
+    except httpx.TransportError as exc:
+        raise RuntimeError(f"cannot reach {url}: {exc.__class__.__name__}") from None
+    for r in results:
+        emit(r)
 
 
 def _expect(args: argparse.Namespace) -> dict[str, int]:
@@ -140,43 +259,31 @@ def _expect(args: argparse.Namespace) -> dict[str, int]:
     return out
 
 
-def decode_local(args: argparse.Namespace, text: str, level: int) -> None:
-    """Through the one decode path (verifier.verify.runner), as POST /v1/verify: the same verdicts (missing and
-    unavailable levels included), the same shaping and result schema (no receipt: the event is in the local
-    audit log); audited as the OS user before anything is printed."""
-    from verifier.audit.service import record, text_digest
-    from verifier.auth.policy import OPERATOR
-    from verifier.lm import TokenizerCache
-    from verifier.verify.release import audit_events, check_texts
-    from verifier.verify.runner import DecodeJob, Runner
-    from verifier.verify.schemas import ResultOut
-    from verifier.verify.service import expected_levels
+def decode_local(args: argparse.Namespace, texts: list[str], expects: list[dict[str, int] | None],
+                 level: int) -> None:
+    """Through the one decode path (verifier.offline.LocalHero -> verifier.verify.runner), as POST /v1/verify:
+    the same verdicts, the same shaping and result schema (no receipt: the event is in the local audit log);
+    audited as the OS user before anything is printed. One result per line, in order."""
+    from verifier.offline import LocalHero
 
     settings = cli_settings(args)
-    profile = resolve_profile(args.profile)
-    if level > profile.depth:
-        raise ValueError(f"profile {profile.name!r} has only {profile.depth} levels")
-    check_texts([text], 1, settings.max_text_chars)  # the service's limit (HERO_MAX_TEXT_CHARS), here too
-    grant = OPERATOR.grant(profile, level)
-    asked = expected_levels(profile, _expect(args), grant.level)
-    alpha = settings.alpha if args.alpha is None else args.alpha
-    store = open_store(settings)
-    scorer = None
     if (args.top_k is not None or args.top_p is not None or args.statistic is not None) and not args.model_aware:
         raise ValueError("--top-k/--top-p/--statistic apply to --model-aware scoring")
-    if args.model_aware:
-        from verifier.verify.scoring import deployment_sampling, model_aware_scorer
-
-        sampling = deployment_sampling(settings.model_copy(update={
-            k: v for k, v in (("model_aware_top_k", args.top_k), ("model_aware_top_p", args.top_p)) if v is not None}))
-        scorer = model_aware_scorer(True, "auto", sampling, args.statistic or settings.model_aware_statistic,
-                                    settings.model_aware_edit_floors)
-    runner = Runner(store, TokenizerCache(), settings.alpha, scorer=scorer)
+    hero = LocalHero(settings, args.profile)
     try:
-        (out,) = runner.decode(DecodeJob(profile, (text,), grant.level, alpha, expect=asked))
-        # A disclosure like any other: audited (and committed) before anything is printed, or nothing is.
-        record(store.db, audit_events(cli_actor(), [text_digest(text)], [out], action="decode"))
+        scorer = None
+        if args.model_aware:
+            from verifier.verify.scoring import deployment_sampling, model_aware_scorer
+
+            sampling = deployment_sampling(settings.model_copy(update={
+                k: v for k, v in (("model_aware_top_k", args.top_k), ("model_aware_top_p", args.top_p))
+                if v is not None}))
+            scorer = model_aware_scorer(True, "auto", sampling, args.statistic or settings.model_aware_statistic,
+                                        settings.model_aware_edit_floors)
+        many = args.input is not None
+        results = hero.decode(texts, max_level=level, expect=expects, alpha=args.alpha, scorer=scorer,
+                              on_done=(lambda n: _progress(n, len(texts))) if many else None)
     finally:
-        runner.close()
-        store.db.dispose()
-    emit(ResultOut.model_validate(out).model_dump(mode="json", by_alias=True))  # the API's result schema
+        hero.close()
+    for r in results:
+        emit(r)

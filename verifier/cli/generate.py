@@ -1,17 +1,34 @@
-"""`hero generate`: watermarked continuation of a prompt, as JSON {text, payload, key_version}."""
+"""`hero generate`: watermarked continuations with a local model (verifier.offline.LocalHero).
+
+One prompt (--prompt): JSON {text, payload, key_version, key_versions, tokens}, or the text alone with
+--format text. A batch (--input prompts.jsonl, lines {"prompt": ..., "fields": {...}}): one JSON line per
+prompt (text, payload, key_versions, tokens), in input order, the model loaded once; progress on stderr."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
-from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
+from verifier.cli.common import add_profile_arg, cli_settings, emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate watermarked text with a local model")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE", help="payload field (repeat)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt")
+    src.add_argument("--input", metavar="FILE",
+                     help='JSON lines {"prompt": ..., "fields": {"model": 37, ...}} (\'-\' = stdin); one JSON line '
+                     "out per prompt: text, payload, key_versions, tokens")
+    p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
+                   help="payload field (repeat); with --input, the default for lines without that field")
+    p.add_argument("--format", choices=("json", "text"), default="json",
+                   help="json (default): the text with its payload and key versions; text: the text alone, "
+                   "ready to paste or pipe (one prompt only)")
+    p.add_argument("--chat", action="store_true",
+                   help="send each prompt as a user message under the model's chat template (an instruct model "
+                   "then answers it instead of continuing it)")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument(
         "--min-new-tokens", type=int, default=0, help="no end-of-text before this many tokens (longer = surer decode)"
@@ -20,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=8, help="with --input: prompts generated together")
     p.add_argument("--opening-nats", type=float, default=None,
                    help="draw the opening fresh until its tokens' surprisal reaches this many nats (default 8; 0: "
                         "only the first h tokens, spec v2's rule): identical requests then differ as plain "
@@ -28,59 +46,91 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_generate)
 
 
+def read_prompts(path: str, defaults: dict[str, int]) -> tuple[list[str], list[dict[str, int]]]:
+    """The prompts and payloads of a JSON-lines file; errors name the line."""
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    prompts: list[str] = []
+    payloads: list[dict[str, int]] = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path} line {n}: not JSON ({exc.msg})") from None
+        if isinstance(item, str):
+            item = {"prompt": item}
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not item["prompt"].strip():
+            raise ValueError(f'{path} line {n}: expected {{"prompt": "...", "fields": {{...}}}} with a non-empty '
+                             "prompt")
+        fields = item.get("fields", {})
+        if not isinstance(fields, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in fields.items()):
+            raise ValueError(f'{path} line {n}: "fields" must map field names to integers')
+        prompts.append(item["prompt"])
+        payloads.append({**defaults, **fields})
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts")
+    return prompts, payloads
+
+
 def cmd_generate(args: argparse.Namespace) -> None:
     from verifier.engine.payload import encode_payload, parse_field_args
+    from verifier.offline import LocalHero, stderr_progress
 
-    profile = resolve_profile(args.profile)
-    payload = parse_field_args(profile, args.field)
-    encode_payload(profile, payload)  # validate before the slow model load
-    if not args.prompt.strip():
+    if args.prompt is not None and not args.prompt.strip():
         raise ValueError("--prompt is empty")
+    if args.input is not None and args.format == "text":
+        raise ValueError("--format text prints one text; --input writes JSON lines (one per prompt)")
     if not 1 <= args.max_new_tokens <= 4096:
         raise ValueError("--max-new-tokens must be in 1..4096")
     if not 0 <= args.min_new_tokens <= args.max_new_tokens:
         raise ValueError("--min-new-tokens must be in 0..--max-new-tokens")
     if args.opening_nats is not None and not 0 <= args.opening_nats <= 100:
         raise ValueError("--opening-nats must be in 0..100")
-    store = open_store(cli_settings(args))
-    keyset = store.active_keyset(profile)
+    if not 1 <= args.batch_size <= 256:
+        raise ValueError("--batch-size must be in 1..256")
+    hero = LocalHero(cli_settings(args), args.profile, progress=stderr_progress)
+    try:
+        defaults = parse_field_args(hero.profile, args.field)
+        if args.input is not None:
+            prompts, payloads = read_prompts(args.input, defaults)
+        else:
+            prompts, payloads = [args.prompt], [defaults]
+        for i, p in enumerate(payloads, start=1):
+            try:
+                encode_payload(hero.profile, p)  # every payload checked before the slow model load
+            except ValueError as exc:
+                raise ValueError(f"prompt {i}: {exc}" if args.input else str(exc)) from None
+        gens = _generate(hero, args, prompts, payloads)
+    finally:
+        hero.close()
+    if args.input is not None:
+        for g in gens:
+            emit(g)
+    elif args.format == "text":
+        sys.stdout.write(gens[0]["text"] + "\n")
+    else:
+        g = gens[0]
+        emit({"text": g["text"], "payload": g["payload"], "key_version": g["key_versions"]["1"],
+              "key_versions": g["key_versions"], "tokens": g["tokens"]})
+
+
+def _generate(hero, args: argparse.Namespace, prompts: list[str], payloads: list[dict[str, int]]) -> list[dict]:
     from tqdm import tqdm
 
-    from verifier.engine.generation import generate_watermarked
-    from verifier.lm import cache_dir, load_model, model_names
-
-    if args.model not in model_names():
-        raise ValueError(f"unknown model {args.model!r}; choose one of {model_names()}")
-    if not (cache_dir(args.model) / "config.json").is_file():
-        print(f"hero: first use of {args.model!r}: converting its GGUF weights to a float32 model under "
-              f"{cache_dir(args.model)} (30-100 s). This happens once; later runs load the converted copy in "
-              "seconds.", file=sys.stderr)
-    print(f"hero: loading {args.model!r}...", file=sys.stderr)
-    model, tokenizer = load_model(args.model)
-    bar = tqdm(total=args.max_new_tokens, desc="generating", unit="tok", file=sys.stderr, leave=False,
-               disable=None)  # disable=None: no bar when stderr is not a terminal
+    hero.model(args.model)  # load first: the bar then counts generated tokens only
+    bar = tqdm(total=args.max_new_tokens * -(-len(prompts) // args.batch_size), desc="generating", unit="step",
+               file=sys.stderr, leave=False, disable=None)  # disable=None: no bar when stderr is not a terminal
     with bar:
-        (gen,) = generate_watermarked(
-            model, tokenizer, [args.prompt], [payload], profile, keyset,
-            max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, temperature=args.temperature,
-            top_k=args.top_k, top_p=args.top_p, on_step=lambda: bar.update(1), opening_nats=args.opening_nats,
-        )
-    out = {"text": gen.text, "payload": payload, "key_version": keyset.tables[0].version,
-           "key_versions": {str(t.level): t.version for t in keyset.tables}}
-    _audit_generation(store, out)
-    emit(out)
-
-
-def _audit_generation(store, out: dict) -> None:
-    """A local generation uses every level's key, the private ones included, to mark a text with any payload:
-    text that will decode as "user 1234" is exactly what attribution rests on. So it is on the record like a
-    decode: the payload claimed, the versions used and the text's digest, committed before the text is printed
-    (no record, no text)."""
-    from verifier.audit.service import AuditEvent, record, text_digest
-
-    actor = cli_actor()
-    payload = " ".join(f"{k}={v}" for k, v in sorted(out["payload"].items()))
-    versions = ",".join(out["key_versions"].values())
-    levels = [int(lv) for lv in out["key_versions"]]
-    record(store.db, [AuditEvent("generate", actor.subject, actor.role, actor.jti, levels, versions,
-                                 text_digest(out["text"]), "generated", f"payload {payload}")])
+        return hero.generate(prompts, payloads, model=args.model, max_new_tokens=args.max_new_tokens,
+                             min_new_tokens=args.min_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                             top_p=args.top_p, opening_nats=args.opening_nats, chat=args.chat,
+                             batch_size=args.batch_size, on_step=lambda: bar.update(1))

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from verifier.cli.common import add_profile_arg, cli_actor, cli_settings, emit, open_store, resolve_profile
+from verifier.cli.common import (
+    add_profile_arg,
+    cli_actor,
+    cli_settings,
+    command_profile,
+    emit,
+    open_store,
+    resolve_profile,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,45 +56,75 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    profile = resolve_profile(args.profile)
-    versions = open_store(cli_settings(args)).initialize(profile, cli_actor())
+    """Keys for the deployment's profile. Keys for a second profile beside existing ones only when --profile
+    names it: two profiles in one deployment decode the same text differently, so that is never a default."""
+    import sys
+
+    from verifier.keys.deployment import choose_profile, stored_profiles
+
+    settings = cli_settings(args)
+    store = open_store(settings)
+    stored = stored_profiles(store.db)
+    name = args.profile or choose_profile(settings.profile, stored)
+    others = [p for p in stored if p != resolve_profile(name).name]
+    if others and not args.profile:
+        raise ValueError(
+            f"this deployment already has keys for profile {', '.join(repr(p) for p in others)}; keys for {name!r} "
+            f"(HERO_PROFILE) would be a second profile beside them. Unset HERO_PROFILE to use the existing keys, "
+            f"or pass --profile {name} to create the second profile anyway"
+        )
+    profile = resolve_profile(name)
+    versions = store.initialize(profile, cli_actor())
+    if others:
+        print(f"hero: note: this deployment now has keys for profiles {', '.join([*others, profile.name])}; "
+              f"a command uses HERO_PROFILE or --profile to choose", file=sys.stderr)
     emit({"profile": profile.name, "versions": [v.to_dict() for v in versions]})
 
 
 def cmd_list(args: argparse.Namespace) -> None:
-    profile = resolve_profile(args.profile)
-    emit({"profile": profile.name, "versions": [v.to_dict() for v in open_store(cli_settings(args)).versions(profile)]})
+    """The versions of one profile, with the profile the deployment serves and every profile it has keys for."""
+    from verifier.keys.deployment import choose_profile, stored_profiles
+
+    settings = cli_settings(args)
+    store = open_store(settings)
+    stored = stored_profiles(store.db)
+    served = choose_profile(settings.profile, stored)
+    profile = resolve_profile(args.profile or served)
+    emit({"profile": profile.name, "deployment_profile": served, "profiles": stored,
+          "versions": [v.to_dict() for v in store.versions(profile)]})
 
 
 def cmd_rotate(args: argparse.Namespace) -> None:
-    profile = resolve_profile(args.profile)
-    v = open_store(cli_settings(args)).rotate(profile, args.level, cli_actor())
+    store = open_store(cli_settings(args))
+    profile = command_profile(args, store)
+    v = store.rotate(profile, args.level, cli_actor())
     emit({"profile": profile.name, "version": v.to_dict()})
 
 
 def cmd_disable(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
-    profile = resolve_profile(args.profile)
-    row = open_store(cli_settings(args)).disable(profile, args.level, args.version, cli_actor())
+    store = open_store(cli_settings(args))
+    profile = command_profile(args, store)
+    row = store.disable(profile, args.level, args.version, cli_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
 def cmd_enable(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
-    profile = resolve_profile(args.profile)
-    row = open_store(cli_settings(args)).enable(profile, args.level, args.version, cli_actor())
+    store = open_store(cli_settings(args))
+    profile = command_profile(args, store)
+    row = store.enable(profile, args.level, args.version, cli_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
 def cmd_destroy(args: argparse.Namespace) -> None:
     from verifier.keys.service import version_meta
 
-    profile = resolve_profile(args.profile)
-    row = open_store(cli_settings(args)).destroy(
-        profile, args.level, args.version, confirm=args.confirm, actor=cli_actor()
-    )
+    store = open_store(cli_settings(args))
+    profile = command_profile(args, store)
+    row = store.destroy(profile, args.level, args.version, confirm=args.confirm, actor=cli_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 

@@ -42,10 +42,11 @@ def text_limits(max_texts: int, max_chars: int) -> str:
 
 def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
     if len(texts) > max_texts:
-        raise TooLarge(f"too many texts: {len(texts)} ({text_limits(max_texts, max_chars)})")
-    for i, t in enumerate(texts):
+        raise TooLarge(f"too many texts: {len(texts)} (at most {max_texts} text{'s' if max_texts != 1 else ''} "
+                       "per request)")
+    for i, t in enumerate(texts, start=1):
         if len(t) > max_chars:
-            raise TooLarge(f"text {i} is too long: {len(t)} characters ({text_limits(max_texts, max_chars)})")
+            raise TooLarge(f"text {i} is too long: {len(t)} characters (at most {max_chars} characters per text)")
         if not t.strip():
             raise InvalidInput(f"text {i} is empty")
         try:
@@ -56,6 +57,7 @@ def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
+    """The input limits; a message numbers texts from 1, as a person counts them, and names only the limit hit."""
 
 def _copy(v):
     """A deep copy of decoder output (JSON-like data), ~5x cheaper than copy.deepcopy: scalars are shared

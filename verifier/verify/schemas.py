@@ -9,12 +9,22 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from verifier.audit.schemas import ReceiptOut
 
 
+class TextIn(BaseModel):
+    """One text with its own `expect` ("is this text from model 37?", another value for the next text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: StrictStr
+    expect: dict[str, StrictInt] | None = Field(default=None, examples=[{"model": 37}])
+
+
 class VerifyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    texts: list[StrictStr] = Field(
+    texts: list[StrictStr | TextIn] = Field(
         min_length=1,
         fail_fast=True,  # one error for a list of a million non-strings, not a million error objects
-        description="texts to verify (UTF-8; limits: HERO_MAX_TEXTS, HERO_MAX_TEXT_CHARS)",
+        description="texts to verify (UTF-8; limits: HERO_MAX_TEXTS, HERO_MAX_TEXT_CHARS): strings, or "
+        "{\"text\": ..., \"expect\": {...}} objects that ask about a value of their own (beside plain strings; "
+        "not together with the request-level `expect`)",
     )
     max_level: int | None = Field(
         default=None,
@@ -30,6 +40,13 @@ class VerifyIn(BaseModel):
         "levels: 422 otherwise); a level above the caller's maximum is 403.",
         examples=[{"model": 37}],
     )
+
+    def plain_texts(self) -> list[str]:
+        return [t if isinstance(t, str) else t.text for t in self.texts]
+
+    def text_expects(self) -> list[dict[str, int] | None]:
+        """Each text's own `expect` (None for a plain string or an object without one)."""
+        return [None if isinstance(t, str) else t.expect for t in self.texts]
 
 
 class ExpectedOut(BaseModel):

@@ -63,6 +63,11 @@ def test_jobs_submit_poll_and_iterate():
     def handler(req: httpx.Request) -> httpx.Response:
         if req.method == "POST":
             return httpx.Response(202, json={"job_id": "j1"})
+        if req.url.path.endswith("/results"):  # results come page by page once the job is done
+            first = "cursor" not in req.url.params
+            page = [{**RESULT, "index": 0}] if first else [{**RESULT, "watermarked": False, "index": 1}]
+            return httpx.Response(200, json={"job_id": "j1", "total": 2, "results": page,
+                                             "next_cursor": "1" if first else None, "receipt": None})
         polls.append(1)
         done = len(polls) >= 3
         return httpx.Response(200, json={
@@ -76,3 +81,44 @@ def test_jobs_submit_poll_and_iterate():
     assert c.job("j1").status == "running" and not c.job("j1").finished
     results = list(c.iter_results("j1", poll_s=0.5))
     assert [r.watermarked for r in results] == [True, False] and sleeps == [0.5] * (len(polls) - 3)
+
+
+def test_submit_job_sends_an_idempotency_key_and_retries_a_lost_answer_with_the_same_key():
+    posts: list[httpx.Request] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        posts.append(req)
+        if len(posts) == 1:
+            raise httpx.ReadTimeout("answer lost", request=req)  # the service may have made the job
+        return httpx.Response(202, json={"job_id": "j1"})
+
+    c, _ = _client(handler)
+    assert c.submit_job(["a"]) == "j1"
+    keys = {r.headers["idempotency-key"] for r in posts}
+    assert len(posts) == 2 and len(keys) == 1 and len(next(iter(keys))) == 36  # one UUID for both attempts
+    posts.clear()
+    c.submit_job(["a"])
+    assert posts[0].headers["idempotency-key"] not in keys  # a new call is a new request
+
+
+def test_a_post_without_a_key_is_not_sent_again_after_the_request_may_have_arrived():
+    calls: list[httpx.Request] = []
+
+    def read_timeout(req: httpx.Request) -> httpx.Response:
+        calls.append(req)
+        raise httpx.ReadTimeout("answer lost", request=req)
+
+    c, _ = _client(read_timeout)
+    with pytest.raises(httpx.ReadTimeout):
+        c.verify(["x"])
+    assert len(calls) == 1  # sent once: a retry could record the disclosure twice
+
+    def refused(req: httpx.Request) -> httpx.Response:
+        calls.append(req)
+        if len(calls) < 4:
+            raise httpx.ConnectError("refused", request=req)  # never reached the service: safe to send again
+        return httpx.Response(200, json={"results": [RESULT]})
+
+    calls.clear()
+    c, sleeps = _client(refused)
+    assert c.verify(["x"])[0].watermarked and len(calls) == 4 and len(sleeps) == 3

@@ -34,7 +34,7 @@ def test_keys_init_prints_versions_never_key_material(capsys, hero_home):
     "argv,needle",
     [
         (["generate", "--prompt", "Hi", "--field", "nope=1"], "unknown field 'nope'"),
-        (["generate", "--prompt", "Hi", "--field", "model=4096", "--field", "user=1"], "does not fit in 12 bits"),
+        (["generate", "--prompt", "Hi", "--field", "model=4096", "--field", "user=1"], "does not fit in 8 bits"),
         (["generate", "--prompt", "   ", "--field", "model=1", "--field", "user=1"], "empty"),
         (
             ["generate", "--prompt", "Hi", "--field", "model=1", "--field", "user=1", "--max-new-tokens", "10",
@@ -166,7 +166,8 @@ def test_generate_is_audited_before_the_text_is_printed(capsys, hero_home, monke
     from verifier.cli.common import open_store
 
     monkeypatch.setattr(lm, "load_model", lambda name: (None, None))
-    monkeypatch.setattr(generation, "generate_watermarked", lambda *a, **k: [SimpleNamespace(text="a marked text")])
+    monkeypatch.setattr(generation, "generate_watermarked",
+                        lambda *a, **k: [SimpleNamespace(text="a marked text", token_ids=[1, 2, 3])])
     assert run(capsys, "keys", "init")[0] == 0
     argv = ("generate", "--prompt", "Hi", "--field", "model=3", "--field", "user=1234", "--model", "smollm2")
     code, gen, err = run(capsys, *argv)

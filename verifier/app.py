@@ -167,7 +167,7 @@ def _ops_routes(app: FastAPI, settings: Settings) -> None:
         except Exception as exc:
             log.warning("broker not reachable", extra={"error": exc.__class__.__name__})
             return JSONResponse({"detail": "broker unreachable"}, status_code=503)
-        return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "ready", "profile": ctx.profile.name})  # the profile this deployment serves
 
     if settings.metrics_exposure == "public":
 

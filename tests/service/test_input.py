@@ -133,7 +133,7 @@ def test_unknown_route_and_method(lite):
 def test_ops_endpoints(svc, monkeypatch):
     c = svc.client
     assert c.get("/healthz").json() == {"status": "ok"}
-    assert c.get("/readyz").json() == {"status": "ready"}
+    assert c.get("/readyz").json() == {"status": "ready", "profile": "default"}  # the profile served
     c.get("/v1/keys")  # a 401, counted
     m = c.get("/metrics")
     assert m.status_code == 200 and "hero_http_requests_total" in m.text

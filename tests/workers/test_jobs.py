@@ -33,7 +33,7 @@ def test_inprocess_job_matches_verify_and_is_owner_only(db_url, make_service):
     assert svc.client.get(f"/v1/jobs/{jid}", headers=svc.auth("admin", "root")).status_code == 200
     assert svc.client.get("/v1/jobs/not-a-uuid", headers=svc.auth("admin")).status_code == 404
     assert svc.client.get(f"/v1/jobs/{jid}").status_code == 401
-    assert svc.client.get("/readyz").json() == {"status": "ready"}
+    assert svc.client.get("/readyz").json() == {"status": "ready", "profile": "default"}
 
     # Audited like /v1/verify (one event per text, job noted in detail); chain intact.
     with svc.ctx.db.session() as s:

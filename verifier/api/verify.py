@@ -11,9 +11,10 @@ from verifier.api.dependencies import EvidenceReader, VerifyCaller
 from verifier.audit.service import record
 from verifier.auth.policy import Grant
 from verifier.auth.principal import Principal
-from verifier.errors import DomainError
+from verifier.errors import DomainError, InvalidInput
 from verifier.verify.evidence import token_evidence
 from verifier.verify.expect import check_cap, refusal_events
+from verifier.verify.release import check_texts
 from verifier.verify.runner import DecodeJob
 from verifier.verify.schemas import EvidenceIn, EvidenceOut, VerifyIn, VerifyOut
 from verifier.verify.service import VerifyRequest, expected_levels, verify_texts
@@ -36,7 +37,29 @@ ERRORS: dict[int | str, dict] = {
     responses=ERRORS,
 )
 async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
-    return {"results": await verify_call(ctx, p, body.texts, body.max_level, body.expect)}
+    texts, own = body.plain_texts(), body.text_expects()
+    if not any(own):
+        return {"results": await verify_call(ctx, p, texts, body.max_level, body.expect)}
+    if body.expect:
+        raise InvalidInput("give `expect` per text or for the whole request, not both")
+    return {"results": await verify_each_expect(ctx, p, texts, own, body.max_level)}
+
+
+async def verify_each_expect(ctx: ServiceContext, p: Principal, texts: list[str],
+                             expects: list[dict[str, int] | None], max_level: int | None) -> list[dict]:
+    """Texts with an `expect` of their own: one decode per distinct `expect` (each vetted, capped and audited
+    as a request-level one), results back in input order. The limits are checked on the whole request first,
+    so an error names the text by its place in it."""
+    check_texts(texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
+    groups: dict[tuple, list[int]] = {}
+    for i, e in enumerate(expects):
+        groups.setdefault(tuple(sorted((e or {}).items())), []).append(i)
+    results: list[dict] = [{}] * len(texts)
+    for key, idx in groups.items():
+        out = await verify_call(ctx, p, [texts[i] for i in idx], max_level, dict(key) or None)
+        for i, r in zip(idx, out, strict=True):
+            results[i] = r
+    return results
 
 
 async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None,

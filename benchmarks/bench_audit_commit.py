@@ -1,5 +1,5 @@
 """Client CPU of one /v1/verify group commit (events, Merkle nodes, checkpoint, receipts), the append path as
-shipped against SQLAlchemy's insert of the same rows (the path before session 6), alternating blocks in one
+shipped against SQLAlchemy's insert of the same rows (the path before 2026-11-26 16:00 UTC), alternating blocks in one
 process so that a noisy machine drifts on both alike.
 
     python benchmarks/bench_audit_commit.py [--events 16] [--rounds 12] [--database-url postgresql+psycopg://...]

@@ -7,7 +7,7 @@ excluded: the edits an LLM or a masked LM makes, which an edit floor cannot see)
 verifier receives the text, runs the LM once per text and decodes model-aware with the union under several
 edit-floor choices on the same LM passes:
 
-- `none`: the three readings of spec 16.5 only (the default before session 19);
+- `none`: the three readings of spec 16.5 only (the default before 2026-11-28);
 - `F` or `F1,F2`: the default layout, three more readings per floor (`Weighting(UNION, edit_floors=...)`);
 - `only@F`: the three readings with the flagged positions dropped and no unedited readings (what a single
   floor would do if the union did not keep the verbatim readings; for comparison only).

@@ -7,7 +7,7 @@ decodes each text's first 50 / 100 / 200 tokens with an auditor's keys (levels 1
 
 - `model-free`: equal weights (the default scoring);
 - `linear`: the LM re-run over the text alone at temperature 1, weights min(H(1/p) - 1, 4) on X = -log(1 - U)
-  (model-aware scoring of session 14);
+  (model-aware scoring of 2026-11-28);
 - `likelihood-ratio`: the same re-run, weights min(1/p - 1, 5) on -log U, lower tail (model-aware scoring now);
 - `union`: per candidate the best of equal, linear and likelihood-ratio weights, times 3 (spec 16.5);
 - `model-free, -log U lower tail`: equal weights on -log U (no model);
@@ -90,7 +90,7 @@ def _scorings(probs: dict[str, list]) -> list[tuple[str, list | None, Weighting 
         out.append(("model-free, -log U lower tail", probs["model-free log U"], LR))
     if "T=1" not in probs:
         return out
-    out.append(("linear, T=1 (session 14)", probs["T=1"], LINEAR_OLD))
+    out.append(("linear, T=1 (2026-11-28)", probs["T=1"], LINEAR_OLD))
     for name, pr in probs.items():
         if name not in ("oracle", "model-free log U"):
             out.append((f"likelihood-ratio, {name}", pr, LR))

@@ -104,7 +104,7 @@ def tokenize_in_calling_thread() -> None:
     the calling thread instead of the tokenizers' Rayon pool. Between the frequent small batches of a busy
     server the pool's threads spin-wait for work, and with a pool in every process they spun on the cores
     the other processes needed: 32 single-text clients on 2 workers took 1.64 ms of server CPU per text with
-    the pools and 1.24 ms without (docs/performance.md, session 8). An explicit TOKENIZERS_PARALLELISM wins.
+    the pools and 1.24 ms without (docs/research/, 2026-11-26). An explicit TOKENIZERS_PARALLELISM wins.
     Processes started afterwards inherit the setting."""
     os.environ.setdefault(TOKENIZERS_PARALLELISM, "false")
 

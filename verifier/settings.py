@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     model_aware: bool = False
     # Which statistic model-aware scoring sums (spec 16.1, 16.4, 16.5): "union" (the best of equal, linear and
     # likelihood-ratio weights per candidate, times 3: engine/weighted_decode.DEFAULT_STATISTIC), "linear" or
-    # "likelihood-ratio" (each weaker somewhere: docs/evaluation/spec-v3.md, sessions 16 and 17)
+    # "likelihood-ratio" (each weaker somewhere: docs/research/2026-11-spec-v3-notes.md)
     model_aware_statistic: Literal["linear", "likelihood-ratio", "union"] = "union"
     # The union also reads each text once per floor with every token its LM re-run gives less than the floor taken
     # for an edit (it and the positions its context seeded weigh 0; spec 16.6; engine/weighted_decode.

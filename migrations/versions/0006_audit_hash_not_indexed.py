@@ -4,7 +4,7 @@ Nothing looks an event up by its hash (appends chain on the newest row by `idx`;
 order), and uniqueness already follows from the chain: each hash covers its predecessor's. The index cost a
 B-tree insert at a random place per event, so every group commit dirtied about one index page per event and
 an append got dearer as the log grew: SQLite, 128-event batches, 26 -> 39-43 us of CPU per event between 10k
-and 60k events with it, a flat 21-23 without (docs/performance.md, session 12).
+and 60k events with it, a flat 21-23 without (docs/research/2026-11-performance-history.md, 2026-11-27).
 
 On SQLite a table constraint cannot be dropped: the table is rebuilt (rows copied in `idx` order). On
 PostgreSQL the constraint is dropped by its reflected name.

@@ -139,7 +139,7 @@ def test_a_level_without_evidence_names_no_key_version():
     plain = rng.integers(0, PROFILE.vocab_size, size=(40, 200)).tolist()
     # level 1 under l1-v2, level 2 under a key the service does not hold: level 2 has no evidence
     foreign = KeySet((new.tables[0], other.tables[1]))
-    # 300 tokens: at 200, a rare fresh key set left a level-1 segment short of its own evidence (CI, session 17)
+    # 300 tokens: at 200, a rare fresh key set left a level-1 segment short of its own evidence (CI, 2026-11-28)
     ids = generate(PROFILE, foreign, [{"level1": 1234, "level2": 42}], 300, seed=6).tolist()
     # level 2 under l2-v2, level-1 entries foreign (with l1-v2's position key): only level 2 has evidence
     t1 = new.tables[0]

@@ -223,7 +223,7 @@ def test_dropping_edited_positions_names_the_user_of_edited_texts_more_often(key
     """15 % of tokens replaced by uniform ids (the evaluation's attack); the verifier reads the generator's
     own probabilities on the kept tokens and, as an LM does, a tiny one on a replaced token. Weighing the
     replaced tokens and the positions they seeded 0 names the true user more often than weighing them
-    (measured on SmolLM2: docs/evaluation/spec-v3.md, session 19) and never a wrong one."""
+    (measured on SmolLM2: docs/research/2026-11-spec-v3-notes.md, edit readings, 2026-11-28) and never a wrong one."""
     rng = random.Random(8)
     pays = _payloads(rng, 120)
     probs: list = []

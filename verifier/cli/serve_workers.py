@@ -2,10 +2,10 @@
 
 uvicorn's workers share one listening socket, and whichever worker's event loop wakes first accepts every
 connection waiting: eight connections opened together often all went to one of two workers, which then
-served them alone on one core (docs/performance.md, sessions 9 and 10). A socket per worker bound with
-SO_REUSEPORT (session 10) lets the kernel pick by a hash of the addresses, which is a coin toss per
+served them alone on one core (docs/research/, 2026-11-27). A socket per worker bound with
+SO_REUSEPORT (2026-11-27) lets the kernel pick by a hash of the addresses, which is a coin toss per
 connection: 8 connections over 2 workers split 6/2 or worse in 27 % of tries (0/8 in 2 %), and such a run
-serves at ~0.5-0.8 of a balanced one for as long as the connections live (session 12).
+serves at ~0.5-0.8 of a balanced one for as long as the connections live (2026-11-27).
 
 So, as Node.js's cluster module does by default: the supervisor alone listens, accepts, and passes each
 connection (its file descriptor, SCM_RIGHTS over a Unix socket pair per worker) to the next ready worker in
@@ -46,7 +46,7 @@ def compute_in_calling_threads() -> None:
     runs the evidence kernel and torch in its calling thread. The kernel otherwise starts a thread per call for
     larger batches, and torch keeps a pool per process, on the cores the other workers need: 32 auditor clients
     (v1 profile) took 0.72-0.95 ms of server CPU per text with them and 0.60-0.62 without, moderators 0.51-0.53
-    against 0.48-0.50 (docs/performance.md, session 10). Explicit settings win; processes started afterwards
+    against 0.48-0.50 (docs/research/, 2026-11-27). Explicit settings win; processes started afterwards
     inherit them."""
     from verifier.lm import tokenize_in_calling_thread
 

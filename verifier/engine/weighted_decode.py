@@ -50,11 +50,11 @@ DEFAULT_CLIP = {LINEAR: 4.0, LIKELIHOOD_RATIO: 5.0}
 # the union's parts: equal weights (model-free, what survives edits best), linear and likelihood-ratio weights
 UNION_PARTS = (LINEAR, LINEAR, LIKELIHOOD_RATIO)
 # model-aware scoring's statistic unless the deployment picks another (HERO_MODEL_AWARE_STATISTIC): the union,
-# at least as strong as each single statistic on verbatim, edited and spliced text (spec-v3.md, session 17)
+# at least as strong as each single statistic on verbatim, edited and spliced text (measured 2026-11-28)
 DEFAULT_STATISTIC = UNION
 # the union reads each text once more per floor, with every token the LM re-run gives less than the floor taken
 # for an edit: it and the h positions after it (whose keys it seeded) weigh 0 (spec 16.6; the floors chosen on
-# docs/evaluation/spec-v3.md, session 19: 1e-4 suits top-k/top-p text, 1e-5 text sampled at T = 1)
+# docs/research/2026-11-spec-v3-notes.md: 1e-4 suits top-k/top-p text, 1e-5 text sampled at T = 1)
 DEFAULT_EDIT_FLOORS = (1e-4, 1e-5)
 _GRID = 48  # tail evaluations per cell for the confidence model's Gamma-equivalent scores
 
@@ -67,7 +67,7 @@ class Weighting:
       (engine/weighted.optimal_weight), the locally most powerful weight for X; LIKELIHOOD_RATIO
       (HERO_MODEL_AWARE_STATISTIC=likelihood-ratio) weighs Y = -log U by 1/p - 1, the log-likelihood ratio
       of U ~ Beta(1/p, 1) against Uniform up to a constant: the Neyman-Pearson statistic when p is right,
-      stronger on verbatim text, weaker on edited or spliced text (docs/evaluation/spec-v3.md, session 16);
+      stronger on verbatim text, weaker on edited or spliced text (docs/research/2026-11-spec-v3-notes.md);
       UNION (HERO_MODEL_AWARE_STATISTIC=union) reads each candidate under equal, linear and likelihood-ratio
       weights at once and keeps the best tail times the number of readings (spec 16.5); its weights are
       [3, n, levels] from `__call__`, [3 (1 + len(edit_floors)), n, levels] from `for_text`;

@@ -94,7 +94,7 @@ def section(results: dict) -> list[str]:
         "interval; a goal counts as met on the point estimate, and the verdict says when the interval's lower "
         "bound does not confirm it. Settings, prompts, users and human texts as in the attribution section below. "
         "The public `model` at 200 texts per cell, and the one-value test (`expect`), are measured by their own "
-        "harness in [../spec-v3.md](../spec-v3.md).\n",
+        "harness in [../../research/2026-11-spec-v3-notes.md](../../research/2026-11-spec-v3-notes.md).\n",
         "| figure | goal, T = 1 | T = 1 | verdict | goal, top-k 50 / top-p 0.9 | top-k 50 / top-p 0.9 | verdict |",
         "|---|---|---|---|---|---|---|",
     ]

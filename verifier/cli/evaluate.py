@@ -41,6 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="attribution: measure the cached texts only (caps must match what is cached); for a run "
                    "beside a --generate-only one")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a shared machine)")
+    p.add_argument("--profile", nargs="+", default=None, dest="profiles", metavar="NAME",
+                   help="chat: HeRo profiles compared (policies/profiles/NAME.yaml; default v3)")
+    p.add_argument("--chat-settings", nargs="+", default=None, metavar="SETTING",
+                   help="chat: sampling settings (k50p0.9 = top-k 50 / top-p 0.9, T0.7, T1; default k50p0.9)")
+    p.add_argument("--chat-corpora", nargs="+", default=None, choices=("chat", "bbc"),
+                   help="chat: prompt sets (chat = instruction prompts, the main setting; bbc = news continuations)")
+    p.add_argument("--natural-prompts", type=int, default=None,
+                   help="chat: answers at their natural length per method and setting (0: none; default 100)")
+    p.add_argument("--natural-tokens", type=int, default=None, help="chat: cap of a natural-length answer (400)")
+    p.add_argument("--aware-humans", type=int, default=None, dest="chat_aware_humans",
+                   help="chat: human texts decoded model-aware (an LM pass each; default 200)")
     p.set_defaults(handler=cmd_eval)
 
 
@@ -75,30 +86,42 @@ def cmd_eval(args: argparse.Namespace) -> None:
         measure_only=args.measure_only or None,
         attr_plan=_counts(args.attr_plan, "--attr-plan", "FIELD"),
         attr_caps=_counts(args.attr_cap, "--attr-cap", "METHOD"),
+        profiles=tuple(args.profiles) if args.profiles else None,
+        chat_settings=tuple(args.chat_settings) if args.chat_settings else None,
+        chat_corpora=tuple(args.chat_corpora) if args.chat_corpora else None,
+        natural_prompts=args.natural_prompts,
+        natural_tokens=args.natural_tokens,
+        chat_aware_humans=args.chat_aware_humans,
     )
     for m in kw["methods"] or ():
         if m not in ALL_METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {list(ALL_METHODS)}")
+    from verifier.engine.profile import PROFILES_DIR
     from verifier.evaluation.attribution import ATTR_METHODS
     from verifier.evaluation.sampling import SETTINGS
 
+    for name in kw["profiles"] or ():
+        if not (PROFILES_DIR / f"{name}.yaml").exists():
+            raise ValueError(f"unknown profile {name!r}: no {PROFILES_DIR / (name + '.yaml')}")
     for m in kw["attr_methods"] or ():
         if m not in ATTR_METHODS:
             raise ValueError(f"unknown attribution method {m!r}; choose from {list(ATTR_METHODS)}")
-    for s in kw["settings"] or ():
+    for s in (kw["settings"] or ()) + (kw["chat_settings"] or ()):
         if s not in SETTINGS:
             raise ValueError(f"unknown sampling setting {s!r}; choose from {list(SETTINGS)}")
     if args.quick:
         cfg = Config.quick_config(**kw, out=args.out or "")
     else:
-        cfg = Config(**{k: v for k, v in kw.items() if v is not None}, out=args.out or "docs/evaluation")
+        chat_only = kw["sections"] == ("chat",)
+        default_out = "docs/evaluation/chat" if chat_only else "docs/evaluation"
+        cfg = Config(**{k: v for k, v in kw.items() if v is not None}, out=args.out or default_out)
     model, tokenizer = load_model("smollm2")
     runner = Runner(cfg, model, tokenizer)
     if args.quick and not cfg.out:
         runner.save = lambda: None  # type: ignore[method-assign]
         print("hero: --quick writes no report files; add --out DIR to write one", file=sys.stderr)
     results = runner.run()
-    if cfg.out:
+    if cfg.out and cfg.sections != ("chat",):  # the chat section writes its own report (report_chat.py)
         from pathlib import Path
 
         from verifier.evaluation.report import write_report

@@ -3,4 +3,4 @@
 Baselines (MPAC, BiMark) live here, not in the product engine: they exist only to be compared against.
 """
 
-SECTIONS = ("main", "robustness", "hierarchy", "payload", "gemma", "tokens", "timing", "attribution")
+SECTIONS = ("chat", "main", "robustness", "hierarchy", "payload", "gemma", "tokens", "timing", "attribution")

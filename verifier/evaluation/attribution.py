@@ -28,6 +28,7 @@ from verifier.evaluation.methods import (
     HeroMethod,
     Method,
     ModelAwareMethod,
+    SynthIDMethod,
     _bits_to_int,
     build_method,
 )
@@ -50,6 +51,7 @@ V1_DEFAULT = {
     ],
 }
 HERO_V1, HERO_V2, HERO_V3 = "HeRo-v1", "HeRo-v2", "HeRo-v3"
+SYNTHID = "SynthID-Text"
 HERO_V3_AWARE = HERO_V3 + ModelAwareMethod.SUFFIX
 ATTR_METHODS = (HERO_V3, HERO_V3_AWARE, HERO_V2, HERO_V1, "MPAC(2)", "BiMark(20)", UNWATERMARKED)
 SCHEME = "_user12"  # cache key part: payload = constant model + per-text 12-bit user
@@ -131,7 +133,23 @@ def build_attr_method(name: str, seed: int, model=None, store: Path | None = Non
     if name == HERO_V2:
         p = v2_profile()
         return HeroMethod.from_profile(name, p, seed) if p is not None else None
+    if name == SYNTHID:
+        return SynthIDMethod(name, seed)
+    if name.startswith("HeRo-"):  # HeRo-<profile>: any profile in policies/profiles (e.g. HeRo-v4 once it exists)
+        return _hero_profile(name, seed)
     return build_method(name, MODEL_BITS + USER_BITS, seed)
+
+
+def hero_name(profile: str) -> str:
+    """The evaluation's method name for a profile name ("v3" -> "HeRo-v3")."""
+    return f"HeRo-{profile}"
+
+
+def _hero_profile(name: str, seed: int) -> HeroMethod | None:
+    from verifier.engine.profile import PROFILES_DIR, load_profile
+
+    path = PROFILES_DIR / f"{name[len('HeRo-'):]}.yaml"
+    return HeroMethod.from_profile(name, load_profile(path), seed) if path.exists() else None
 
 
 def attribute(method: Method | ModelAwareMethod, ids: Sequence[Sequence[int]]) -> list[Attribution]:

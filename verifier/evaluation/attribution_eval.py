@@ -133,6 +133,9 @@ class MethodEval:
         res["prefix"] = {str(t): done[t] for t in self.prefixes}
         res["tpr50"] = metrics.tpr_at_fpr(self._scores50, [a.score for a in self.human[self.detect_t]], FA_FPR)
         res["detect_tokens"] = self.detect_t
+        if self.m.name in getattr(self.sec, "light_methods", ()):  # exact rows only (the chat section's model-aware)
+            res["ppl"] = metrics.median_ci([x["gen_ppl"] for x in self.recs])
+            return res
         res["replace"] = {str(p): self._exact(self.seen(self._replaced(p)), self.tokens) for p in REPLACE}
         res["splices"] = {str(q): self._splices(q) for q in RATIOS}
         if self.unw is not None:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from verifier.evaluation.methods import Method
-from verifier.evaluation.perplexity import LogProbRecorder, ppl_from_logprobs
+from verifier.evaluation.perplexity import EntropyRecorder, LogProbRecorder, ppl_from_logprobs
 from verifier.evaluation.sampling import NEUTRAL, T1, Sampling
 
 PayloadFn = Callable[[int], list[int]]
@@ -48,9 +48,15 @@ def generate_rows(
     seed: int,
     sampling: Sampling = T1,
     bar=None,
+    natural: bool = False,
+    stats: dict | None = None,
 ) -> tuple[torch.Tensor, list[float], float]:
     """One batch: (new token ids [B, tokens], generator PPL per row, seconds). `seed` fixes torch's RNG
-    (plain sampling, unwatermarked steps) and the method's own generator."""
+    (plain sampling, unwatermarked steps) and the method's own generator.
+
+    `natural`: answers end at the model's EOS (at most `tokens`); rows are then padded after it and the PPL
+    covers the tokens before it. `stats`, when given, receives per row "entropy" (mean nats per generated token
+    of the warped distribution a plain sampler draws from) and "length" (tokens before EOS, or all)."""
     torch.manual_seed(seed)
     proc = (
         method.processor(payloads, seed, sampling.warpers())
@@ -58,7 +64,9 @@ def generate_rows(
         else method.processor(payloads, seed)
     )
     rec = LogProbRecorder()
-    procs = LogitsProcessorList([rec] + ([proc] if proc is not None else []) + [Tick(bar, len(prompts))])
+    ent = EntropyRecorder(sampling.warpers()) if stats is not None else None
+    first = [rec] + ([ent] if ent is not None else [])
+    procs = LogitsProcessorList(first + ([proc] if proc is not None else []) + [Tick(bar, len(prompts))])
     enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
     warp = NEUTRAL if method.applies_warpers else sampling.generate_kwargs()
     t = time.perf_counter()
@@ -66,16 +74,26 @@ def generate_rows(
         out = model.generate(
             **enc,
             max_new_tokens=tokens,
-            min_new_tokens=tokens,
+            min_new_tokens=0 if natural else tokens,
             do_sample=True,
             logits_processor=procs,
             pad_token_id=tok.pad_token_id,
+            **({"eos_token_id": tok.eos_token_id} if natural else {}),
             **warp,
         )
     dt = time.perf_counter() - t
     new = out[:, enc["input_ids"].shape[1] :]
     lps = rec.finish(new[:, -1])
-    return new, [ppl_from_logprobs(lps[j].tolist()) for j in range(new.shape[0])], dt
+    lengths = [new.shape[1]] * new.shape[0]
+    if natural:
+        for j in range(new.shape[0]):
+            hits = (new[j] == tok.eos_token_id).nonzero()
+            lengths[j] = int(hits[0, 0]) if len(hits) else new.shape[1]
+    if stats is not None and ent is not None:
+        e = ent.finish()
+        stats["entropy"] = [float(e[j, : max(1, lengths[j])].mean()) for j in range(new.shape[0])]
+        stats["length"] = lengths
+    return new, [ppl_from_logprobs(lps[j, : lengths[j]].tolist()) for j in range(new.shape[0])], dt
 
 
 class GenerationCache:
@@ -85,8 +103,9 @@ class GenerationCache:
         self.root, self.model, self.tok, self.seed = root, model, tok, seed
         self.batch_size, self.log = batch_size, log
 
-    def path(self, method: Method, tokens: int, sampling: Sampling, scheme: str = "") -> Path:
-        name = f"{method.name}_{method.total_bits}b_{tokens}t{scheme}{sampling.cache_suffix}"
+    def path(self, method: Method, tokens: int, sampling: Sampling, scheme: str = "", natural: bool = False) -> Path:
+        name = f"{method.name}_{method.total_bits}b_{tokens}t{'_natural' if natural else ''}{scheme}"
+        name += sampling.cache_suffix
         return self.root / f"{slug(name)}.jsonl"
 
     @staticmethod
@@ -112,12 +131,14 @@ class GenerationCache:
         sampling: Sampling = T1,
         scheme: str = "",
         indices: Sequence[int] | None = None,
+        natural: bool = False,
     ) -> list[dict]:
         """Records for prompt indices `indices` (default all), generating the missing ones.
 
         `scheme` names how payloads were chosen (part of the cache key and of the batch seeds; '' keeps
-        the seeds and file names of earlier runs)."""
-        path = self.path(method, tokens, sampling, scheme)
+        the seeds and file names of earlier runs). `natural`: answers end at EOS (at most `tokens`); a record's
+        ids stop before it and "length" / "ended" say where and whether it came. Records carry "entropy"."""
+        path = self.path(method, tokens, sampling, scheme, natural)
         done = self.load(path)
         want = list(range(len(prompts))) if indices is None else list(indices)
         todo = [i for i in want if i not in done]
@@ -133,7 +154,9 @@ class GenerationCache:
             for s in range(0, len(todo), self.batch_size):
                 idx = todo[s : s + self.batch_size]
                 key = f"{self.seed}/{method.name}/{method.total_bits}/{tokens}/{idx[0]}{scheme}{sampling.cache_suffix}"
+                key += "/natural" if natural else ""
                 pays = [payload(i) for i in idx]
+                stats: dict = {}
                 new, ppls, dt = generate_rows(
                     self.model,
                     self.tok,
@@ -144,10 +167,13 @@ class GenerationCache:
                     zlib.crc32(key.encode()),
                     sampling,
                     bar,
+                    natural=natural,
+                    stats=stats,
                 )
                 with path.open("a") as fh:
                     for j, i in enumerate(idx):
-                        ids = new[j].tolist()
+                        n_j = stats["length"][j]
+                        ids = new[j, :n_j].tolist()
                         r = {
                             "i": i,
                             "prompt": prompts[i],
@@ -157,7 +183,10 @@ class GenerationCache:
                             "gen_ppl": ppls[j],
                             "gen_s_per_token": dt / (len(idx) * new.shape[1]),
                             "batch": len(idx),
+                            "entropy": stats["entropy"][j],
                         }
+                        if natural:
+                            r |= {"length": n_j, "ended": n_j < new.shape[1]}
                         fh.write(json.dumps(r) + "\n")
                         done[i] = r
             bar.close()

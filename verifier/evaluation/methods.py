@@ -208,6 +208,39 @@ class ModelAwareMethod:
         return out
 
 
+class SynthIDMethod(Method):
+    """SynthID-Text (transformers' processor; baselines/synthid.py): a zero-bit watermark, detection only.
+
+    `decode` scores with the binomial test; `Decoded.score` is -log10 p. `salt` derives another key set (the
+    wrong-key calibration)."""
+
+    applies_warpers = True  # it must run after temperature / top-k / top-p, as `generate` would run it
+
+    def __init__(self, name: str, seed: int, salt: str = "", eos_token_id: int | None = None) -> None:
+        from verifier.evaluation.baselines.synthid import synthid_keys
+
+        super().__init__(name, 0, [])
+        self.keys = synthid_keys(seed, salt)
+        self.eos_token_id = eos_token_id
+        self._detector = None
+
+    def processor(self, payloads, seed, warpers=None):
+        from verifier.evaluation.baselines.synthid import processor_for
+
+        return processor_for(self.keys, warpers)
+
+    @property
+    def detector(self):
+        from verifier.evaluation.baselines.synthid import SynthIDDetector
+
+        if self._detector is None:
+            self._detector = SynthIDDetector(self.keys, self.eos_token_id)
+        return self._detector
+
+    def decode(self, ids):
+        return [Decoded([], -s.log10_p) for s in self.detector.score(ids)]
+
+
 def _level_table(secret: bytes, profile: Profile, level: int) -> KeyTable:
     """Level `level`'s key table as the profile's spec version derives it (v2: one key per whole value
     on per-value levels); engines without spec v2 derive the v1 table."""

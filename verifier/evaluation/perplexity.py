@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 
 import torch
-from transformers import LogitsProcessor
+from transformers import LogitsProcessor, LogitsProcessorList
 
 
 class LogProbRecorder(LogitsProcessor):
@@ -30,6 +30,25 @@ class LogProbRecorder(LogitsProcessor):
             self.logprobs.append(self.prev.gather(1, last_tokens.view(-1, 1)).squeeze(1))
             self.prev = None
         return torch.stack(self.logprobs, 1) if self.logprobs else torch.zeros(0, 0)
+
+
+class EntropyRecorder(LogitsProcessor):
+    """Records, per row and step, the entropy (nats) of the distribution a plain sampler draws from: the raw
+    scores after the setting's warpers (temperature, top-k, top-p). A watermark's evidence per token is bounded
+    by it, so every figure is printed beside its texts' mean. Pass-through: the scores are not changed."""
+
+    def __init__(self, warpers: LogitsProcessorList) -> None:
+        self.warpers = warpers
+        self.rows: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        logp = torch.log_softmax(self.warpers(input_ids, scores.float().clone()), dim=-1)
+        self.rows.append(-(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1))
+        return scores
+
+    def finish(self) -> torch.Tensor:
+        """[B, T] entropies of the generated steps."""
+        return torch.stack(self.rows, 1) if self.rows else torch.zeros(0, 0)
 
 
 def ppl_from_logprobs(lps: Sequence[float]) -> float:

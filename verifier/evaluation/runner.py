@@ -77,6 +77,13 @@ class Config:
     attr_caps: dict | None = None  # method -> fewer main-cell texts than `prompts` (attribution section)
     generate_only: bool = False  # attribution: fill the generation cache, measure nothing
     measure_only: bool = False  # attribution: measure what the cache holds, generate nothing (beside a generator)
+    # chat section (the main setting, issue 46): HeRo profiles compared, sampling settings, corpora
+    profiles: tuple[str, ...] = ("v3",)
+    chat_settings: tuple[str, ...] = ("k50p0.9",)
+    chat_corpora: tuple[str, ...] = ("chat",)
+    natural_prompts: int = 100  # answers at their natural length (EOS), per method and setting; 0: none
+    natural_tokens: int = 400  # ... cut at this many tokens when no EOS came
+    chat_aware_humans: int = 200  # human texts decoded model-aware (an LM pass each)
 
     @classmethod
     def quick_config(cls, **kw) -> Config:
@@ -236,7 +243,11 @@ class Runner:
                 if cfg.quick:
                     raise
             self.save()
-            if not cfg.quick:
+            if section == "chat" and cfg.out:
+                from verifier.evaluation.report_chat import write_chat_report
+
+                write_chat_report(self.results, Path(cfg.out))
+            elif not cfg.quick:
                 from verifier.evaluation.report import write_report
 
                 write_report(self.results, Path(cfg.out))
@@ -413,6 +424,11 @@ class Runner:
             }
         self.results["cells"]["timing"] = out
         self.save()
+
+    def section_chat(self) -> None:
+        from verifier.evaluation.chat import ChatSection
+
+        ChatSection(self).run()
 
     def section_attribution(self) -> None:
         from verifier.evaluation.attribution_section import AttributionSection

@@ -47,7 +47,8 @@ class Sampling:
 
 T1 = Sampling("T1")
 PROVIDER = Sampling("k50p0.9", top_k=50, top_p=0.9)
-SETTINGS: dict[str, Sampling] = {s.name: s for s in (T1, PROVIDER)}
+T07 = Sampling("T0.7", temperature=0.7)  # the chat setting's second sampling (temperature alone)
+SETTINGS: dict[str, Sampling] = {s.name: s for s in (T1, PROVIDER, T07)}
 NEUTRAL = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
 
 # The setting of the collusion/linkage experiment (a provider's typical sampling).

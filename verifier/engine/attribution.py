@@ -17,6 +17,7 @@ cell (position segment, or the single cell of a per-value level). Decisions (doc
   spliced text may come from different sources; prefixes and suffixes are decoded the same way
   (thresholds also divided by the number of regions) to name the sources. Residual risk: a splice
   whose minority source stays below both tests in one segment while winning another (spec 13.4).
+- The decisions themselves are in engine/verdicts.py (`decide_value`); this module computes their evidence.
 - Confidence = posterior probability that the released value is exactly right: uniform prior over the
   values, every other value's score exactly Gamma(n, 1), the true value's approximately Normal(n m, v n)
   with its mean evidence per token m integrated over a grid (not plugged in); segments share m.
@@ -25,7 +26,7 @@ cell (position segment, or the single cell of a per-value level). Decisions (doc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from torch import Tensor
 
 from gpu.regions import RegionTops, bounds, region_tops
 from verifier.engine import stats
+from verifier.engine.verdicts import Attribution, decide_value, join_cells
 
 # Confidence model: a value no source carried scores Gamma(n, 1) (exact, the null); the true value's score
 # is approximately Normal(n m, v n), m its mean evidence per token (uniform prior on MEAN_GRID) and v the
@@ -46,10 +48,6 @@ TRUE_VARIANCE = 1.3
 # evidence, so the path of human text (nearly all p > 1e-2) stays as cheap as before. Skipping the scan
 # can only withhold, never release.
 LOG_SCAN_GATE = math.log(1e-2)
-# A segmented value (whole text or a region) is released only if no segment's runner-up has p <= 1e-3:
-# a weakly supported second value in one segment may mean the winners come from two sources. Costs
-# about K x 1e-3 of single-source releases (a null runner-up's p-value is uniform).
-LOG_QUIET = math.log(1e-3)
 
 
 @dataclass(frozen=True)
@@ -60,33 +58,6 @@ class LevelEvidence:
     counts: Tensor
     per_value: bool
     versions: int = 1
-
-
-@dataclass(frozen=True)
-class Candidate:
-    value: int
-    log_p: float
-    tokens: int
-
-
-@dataclass(frozen=True)
-class Span:
-    start: int  # scored-token rank, inclusive
-    end: int  # exclusive
-    value: int
-
-
-@dataclass
-class Attribution:
-    status: str  # decoded | detected (significant, value withheld) | absent | mixed | undecodable
-    log_p: float  # the level's whole-text p-value (log), versions included
-    value: int | None = None  # whole level value (segments concatenated, segment 0 most significant)
-    confidence: float = 0.0
-    bit_confidence: list[float | None] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
-    spans: list[Span] = field(default_factory=list)
-    reason: str | None = None
-    most_likely: int | None = None  # whole-text argmax value, supported or not (evaluation only)
 
 
 @dataclass(frozen=True)
@@ -148,13 +119,6 @@ class _Region:
     def of(cls, r: _Regions, i: int, lo: int, hi: int, row: int) -> _Region:
         return cls(lo, hi, None, r.n[i].tolist(), r.winners[i].tolist(), r.log_p1[i].tolist(),
                    r.log_p2[i].tolist(), float(r.level_log_p[i]), int(r.runners[i, 0]), row)
-
-
-def _join(winners: list[int], bits: int) -> int:
-    v = 0
-    for w in winners:
-        v = (v << bits) | w
-    return v
 
 
 def _log_lr(scores: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -351,7 +315,7 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
                 lp = float(level_lp[i])
                 out[i] = Attribution("absent", lp, reason=not_significant(lp, log_alpha))
                 continue
-            out[i], source = _decide(_Region.of(full, i, 0, windows, 0), rows, windows, per_value, log_v, lp,
+            out[i], source = decide_value(_Region.of(full, i, 0, windows, 0), rows, windows, per_value, log_v, lp,
                                      log_alpha, cell_bits)
             if source is not None:
                 decoded.append((i, source))
@@ -363,7 +327,7 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
             out[i].confidence, out[i].bit_confidence = cf, bc
     for i, att in enumerate(out):
         if (full.n[i] > 0).all():
-            att.most_likely = _join(full.winners[i].tolist(), cell_bits)
+            att.most_likely = join_cells(full.winners[i].tolist(), cell_bits)
     return out
 
 
@@ -379,82 +343,3 @@ def opened_level(level_lp: float, regions: list[_Region], windows: int, log_v: f
     scan = log_v + math.log(2 * (windows - 1) + 1)
     best = min((r.level_lp + scan for r in regions if r.tokens), default=0.0)
     return min(0.0, best) if best <= log_alpha else None
-
-
-def _decide(full: _Region, regions: list[_Region], windows: int, per_value: bool, log_v: float, level_lp: float,
-            log_alpha: float, cell_bits: int) -> tuple[Attribution, _Region | None]:
-    """One text whose level p-value passed alpha: which value(s) its whole text and regions support, and
-    for a released value the region it comes from (its confidence is computed for the batch)."""
-    scan = log_v + (math.log(2 * (windows - 1) + 1) if windows > 1 else 0.0)
-    cells = len(full.winners)
-    cell_alpha = log_alpha - math.log(cells)  # per-cell threshold: alpha / K (alpha for one cell)
-
-    def supported(r: _Region, extra: float) -> bool:
-        return all(n > 0 and lp + extra <= cell_alpha for lp, n in zip(r.log_p1, r.n, strict=True))
-
-    def clean(r: _Region, extra: float) -> bool:
-        return all(lp + extra > cell_alpha for lp, n in zip(r.log_p2, r.n, strict=True) if n > 0)
-
-    def quiet(r: _Region) -> bool:
-        """No segment's runner-up is even weakly significant: releasing a segmented value needs this."""
-        return all(lp > LOG_QUIET for lp, n in zip(r.log_p2, r.n, strict=True) if n > 0)
-
-    found: dict[int, Candidate] = {}
-    by_region: dict[tuple[int, int], tuple[int, float]] = {}
-
-    def add(value: int, log_p: float, tokens: int) -> None:
-        if value not in found or log_p < found[value].log_p:
-            found[value] = Candidate(value, min(0.0, log_p), tokens)
-
-    two_in_a_cell = not clean(full, scan)
-    # A segmented level's winners may come from different sources when a segment holds two: then the
-    # whole-text value is not released (it could be a value neither source carried).
-    whole_ok = supported(full, log_v) and (per_value or quiet(full))
-    full_value = _join(full.winners, cell_bits) if whole_ok else None
-    if full_value is not None:
-        add(full_value, level_lp, full.tokens)
-    if per_value and two_in_a_cell:  # the runner-up is a second supported value
-        add(full.runner, full.log_p2[0] + scan, full.tokens)
-    for r in regions:
-        if r.tokens and supported(r, scan) and (per_value or quiet(r)):
-            v = _join(r.winners, cell_bits)
-            lp = r.log_p1[0] + scan if per_value else r.level_lp + scan
-            add(v, lp, r.tokens)
-            by_region[(r.lo, r.hi)] = (v, lp)
-    ranked = sorted(found.values(), key=lambda c: c.log_p)
-    if len(ranked) >= 2 or two_in_a_cell:
-        if not per_value:
-            # Segment winners of a mixed text may pair segments of different sources: name no value.
-            return Attribution("mixed", level_lp, reason=(
-                "two or more sources: some segments carry two supported values; a segmented level cannot "
-                "attribute whole values to them")), None
-        return Attribution("mixed", level_lp, candidates=ranked, spans=_spans(by_region, windows, full.tokens),
-                           reason="two or more values are each supported by their own evidence"), None
-    if not ranked:
-        weak = [k for k, (lp, n) in enumerate(zip(full.log_p1, full.n, strict=True))
-                if n == 0 or lp + log_v > cell_alpha]
-        # `detected`, not `absent`: the level's own evidence is significant, only its value is withheld
-        return Attribution("detected", level_lp, reason=(
-            f"value withheld: watermark evidence for this level (p = {stats.to_p(level_lp):.3g}) but segments "
-            f"{weak} lack their own evidence")), None
-    value = ranked[0].value
-    source = full if full_value == value else next(
-        r for r in regions if by_region.get((r.lo, r.hi), (None,))[0] == value)
-    return Attribution("decoded", level_lp, value=value), source
-
-
-def _spans(by_region: dict[tuple[int, int], tuple[int, float]], windows: int, n: int) -> list[Span]:
-    """One change point: the window boundary whose prefix and suffix name two different values with the
-    strongest joint evidence (smallest sum of their log p-values); `n` scored tokens in all."""
-    best = None
-    for j in range(1, windows):
-        a, b = by_region.get((0, j)), by_region.get((j, windows))
-        if a is None or b is None or a[0] == b[0]:
-            continue
-        if best is None or a[1] + b[1] < best[0]:
-            best = (a[1] + b[1], j, a[0], b[0])
-    if best is None:
-        return []
-    _, j, a, b = best
-    cut = -(-j * n // windows)  # first scored rank of window j: ceil(j n / W)
-    return [Span(0, cut, a), Span(cut, n, b)]

@@ -3,7 +3,7 @@
 Only the key tables handed in are used, so a caller holding level-1 tables learns nothing about
 level 2 (its evidence is never computed). Each level may come with several key versions (rotation);
 the best-matching version is reported with its p-value Bonferroni-corrected for the versions tried.
-What a level releases (decoded / absent / mixed / undecodable) is decided in engine/attribution.py.
+What a level and a text are called, and which value is released, is decided in engine/verdicts.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -25,6 +24,15 @@ from verifier.engine.attribution import Attribution, decide_tops, whole_text_log
 from verifier.engine.keys import KeyTable
 from verifier.engine.payload import value_fields
 from verifier.engine.profile import Profile
+from verifier.engine.verdicts import (
+    DecodeResult,
+    LevelResult,
+    hang_on_level1,
+    missing_levels,
+    text_flags,
+    text_verdict,
+    with_availability,
+)
 
 DEFAULT_ALPHA = 1e-4
 
@@ -33,128 +41,17 @@ class DecodeError(ValueError):
     """The input cannot be decoded at all (no keys, empty text, ids outside the vocabulary)."""
 
 
-@dataclass
-class LevelResult:
-    level: int
-    key_version: str | None
-    fields: dict[str, int | None] | None  # None: a level with no usable key version (engine/availability.py)
-    confidence: float  # probability that the released value is exactly right (0.0 when none is released)
-    p_value: float
-    log10_p_value: float
-    bit_confidence: list[float | None]
-    segment_tokens: list[int]
-    undecoded_segments: list[int]
-    versions_tried: int
-    status: str = "decoded"  # decoded | detected (significant, value withheld) | absent | mixed | undecodable
-    reason: str | None = None
-    candidates: list[dict] | None = None  # mixed: [{"fields", "p_value", "tokens"}], best first
-    spans: list[dict] | None = None  # mixed: [{"start", "end", "fields"}] token positions, end exclusive
-    # The whole-text argmax value whether or not the evidence supports it: the paper's bit-accuracy metric
-    # (evaluation only). Never serialized (to_dict drops it), never released to a caller.
-    most_likely: int | None = None
-    # Values this level's search covered (its p-value is corrected for them): a spec v4 level's issued count,
-    # else every value of a per-value level (2^bits); a segmented level: values per segment (2^b).
-    searched: int | None = None
-
-    def to_dict(self) -> dict:
-        """Plain data for release: every field but `most_likely`."""
-        return {
-            "level": self.level, "key_version": self.key_version,
-            "fields": None if self.fields is None else dict(self.fields),  # None: a level with no usable key
-            "confidence": self.confidence, "p_value": self.p_value, "log10_p_value": self.log10_p_value,
-            "bit_confidence": list(self.bit_confidence), "segment_tokens": list(self.segment_tokens),
-            "undecoded_segments": list(self.undecoded_segments), "versions_tried": self.versions_tried,
-            "status": self.status, "reason": self.reason, "searched": self.searched,
-            "candidates": None if self.candidates is None else [
-                {**c, "fields": dict(c["fields"])} for c in self.candidates],
-            "spans": None if self.spans is None else [{**sp, "fields": dict(sp["fields"])} for sp in self.spans],
-        }
-
-
-@dataclass
-class DecodeResult:
-    watermarked: bool
-    p_value: float
-    log10_p_value: float
-    key_version: str | None
-    tokens_scored: int
-    levels: list[LevelResult] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
-    spec_version: int = 1
-    scoring: str = "model-free"  # model-free (equal weights) | model-aware (engine/weighted_decode.py)
-
-    def to_dict(self) -> dict:
-        """Plain data (what `dataclasses.asdict` gives, without `most_likely`): fresh containers all the way
-        down, written out because asdict's recursive deep copy costs more than the decode of a text."""
-        return {
-            "watermarked": self.watermarked, "p_value": self.p_value, "log10_p_value": self.log10_p_value,
-            "key_version": self.key_version, "tokens_scored": self.tokens_scored,
-            "levels": [lv.to_dict() for lv in self.levels], "flags": list(self.flags),
-            "spec_version": self.spec_version, "scoring": self.scoring,
-        }
-
-
 def _log10(log_p: float) -> float:
     return log_p / math.log(10.0)
 
 
 # `inconsistent-levels` needs a deeper level far from significant on a text long enough to expect its evidence:
 # a genuine top-k/top-p text whose level 2 is merely short of alpha (p = 1e-3, say) is normal, not a warning.
-INCONSISTENT_P = 0.01
-INCONSISTENT_TOKENS = 100
-
-
-def _flags(levels: list[LevelResult]) -> list[str]:
-    flags = []
-    n = sum(levels[0].segment_tokens)
-    if levels[0].status == "decoded" and n >= INCONSISTENT_TOKENS and any(
-            lv.status == "absent" and lv.p_value >= INCONSISTENT_P for lv in levels[1:]):
-        # level 1 names a value while a deeper held level shows no sign of its mark (p >= 0.01 over >= 100
-        # scored tokens): made by someone holding only level-1 keys, or heavily edited
-        flags.append("inconsistent-levels")
-    if any(lv.status == "mixed" for lv in levels):
-        flags.append("mixed-sources")
-    return flags
-
-
 def token_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """The ids a decoder scores: no special tokens added. verifier.lm's tokenizers offer the faster batch call
     (same ids); any HF tokenizer works too."""
     encode = getattr(tokenizer, "encode_ids", None)
     return encode(list(texts)) if encode else tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-
-
-def text_verdict(levels: list[LevelResult], n_scored: int, alpha: float) -> tuple[bool, float]:
-    """(watermarked, log p) of a whole text from its level results, for every scoring: the text p-value is
-    `stats.log_text_p` of the levels', and level 1's own verdict stands for every role (spec 15.4), so an
-    auditor never sees less than a moderator. A text not called watermarked releases no value: a deeper
-    level's value is withheld there (`detected`), so no result names a user on a text it calls unmarked
-    (spec 15.4; docs/evaluation/spec-v3.md, session 20)."""
-    level_log_ps = [lv.log10_p_value * math.log(10.0) for lv in levels]
-    log_p = stats.log_text_p(level_log_ps)
-    detected = stats.to_p(log_p) <= alpha or stats.to_p(level_log_ps[0]) <= alpha
-    watermarked = n_scored > 0 and detected
-    if not watermarked:
-        for lv in levels[1:]:
-            if lv.status in ("decoded", "mixed"):
-                _withhold(lv, f"value withheld: this level's evidence is significant (p = {lv.p_value:.3g}) but "
-                              f"the text's is not (p = {stats.to_p(log_p):.3g}): no value on a text not called "
-                              "watermarked")
-    return watermarked, log_p
-
-
-def _drop_value(lv: LevelResult) -> None:
-    """No value stays in `lv`: fields null, no candidates, spans or confidence."""
-    lv.fields = dict.fromkeys(lv.fields) if lv.fields is not None else None
-    lv.candidates = lv.spans = None
-    lv.confidence = 0.0
-
-
-def _withhold(lv: LevelResult, reason: str) -> None:
-    """`lv` becomes `detected` (significant, no value): nothing of a value stays in it."""
-    _drop_value(lv)
-    lv.status, lv.reason = "detected", reason
-    lv.bit_confidence = [None] * len(lv.bit_confidence)
 
 
 class Decoder:
@@ -310,13 +207,7 @@ class Decoder:
             for d, lv in enumerate(deeper):
                 t, att = deep_levels[d][i]
                 levels.append(self._level_result(lv, t, att, seg, batch[i]))
-            if levels[0].status == "undecodable" and levels[0].level in self.unavailable:
-                # Deeper levels hang on level 1's position key: without the version that made the text,
-                # their values are meaningless (their evidence stays in p_value).
-                for lv in levels[1:]:
-                    _drop_value(lv)
-                    lv.status, lv.key_version = "undecodable", None
-                    lv.reason = lv.reason or f"level 1 cannot be decoded ({levels[0].reason})"
+            hang_on_level1(levels, self.unavailable)
             n_scored = sum(seg)
             watermarked, log_p = text_verdict(levels, n_scored, self.alpha)
             results.append(
@@ -327,7 +218,7 @@ class Decoder:
                     key_version=levels[0].key_version,
                     tokens_scored=n_scored,
                     levels=levels,
-                    flags=_flags(levels),
+                    flags=text_flags(levels),
                     spec_version=self.profile.spec_version,
                 )
             )
@@ -422,3 +313,49 @@ class Decoder:
             if positions
             else None,
         )
+
+
+# -- decoding with the usable key versions only (the service's path: some versions may be gone) ---------------
+
+
+def decode_texts(
+    profile: Profile,
+    tables: Mapping[int, Sequence[KeyTable]],
+    texts: Sequence[str],
+    tokenizer,
+    *,
+    alpha: float,
+    unavailable: Mapping[int, str],
+    missing: Mapping[int, str],
+    not_tried: Mapping[int, str] | None = None,
+    device: str | torch.device = "cpu",
+    decoder: Decoder | None = None,
+    scorer=None,
+) -> list[DecodeResult]:
+    """Decode `texts` with the usable `tables`; `unavailable` / `missing`: level -> why versions are gone;
+    `not_tried`: level -> the disabled versions the decoder was not handed. `decoder`: one built earlier for
+    exactly these tables (`make_decoder`), so a server does not expand the key words per request. `scorer`:
+    model-aware scoring (verifier.engine.model_aware.ModelAwareScorer: `decode_texts(decoder, texts, tokenizer)`),
+    None for the model-free default."""
+    if not tables:
+        return [
+            DecodeResult(False, 1.0, 0.0, None, 0, missing_levels(missing), spec_version=profile.spec_version)
+            for _ in texts
+        ]
+    decoder = decoder or make_decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)
+    results = scorer.decode_texts(decoder, texts, tokenizer) if scorer else decoder.decode_texts(texts, tokenizer)
+    return [with_availability(r, alpha, missing, not_tried or {}) for r in results]
+
+
+def make_decoder(
+    profile: Profile,
+    tables: Mapping[int, Sequence[KeyTable]],
+    *,
+    alpha: float,
+    unavailable: Mapping[int, str],
+    device: str | torch.device = "cpu",
+) -> Decoder | None:
+    """The decoder `decode_texts` would build (None when no table is usable)."""
+    if not tables:
+        return None
+    return Decoder(profile, tables, alpha=alpha, unavailable=unavailable, device=device)

@@ -30,14 +30,14 @@ from verifier.engine.attribution import (
     LOG_SCAN_GATE,
     Attribution,
     _bit_confidence,
-    _decide,
     _Region,
     not_significant,
     opened_level,
     posterior_batch,
 )
-from verifier.engine.decoder import Decoder, DecodeResult, _flags, _log10, text_verdict
+from verifier.engine.decoder import Decoder, DecodeResult, _log10
 from verifier.engine.keys import KeyTable
+from verifier.engine.verdicts import decide_value, text_flags, text_verdict
 
 MODEL_FREE = "model-free"
 MODEL_AWARE = "model-aware"
@@ -259,7 +259,7 @@ class WeightedDecoder:
             results.append(DecodeResult(
                 watermarked=watermarked, p_value=stats.to_p(log_p),
                 log10_p_value=_log10(log_p), key_version=levels[0].key_version, tokens_scored=n_scored,
-                levels=levels, flags=_flags(levels), spec_version=d.profile.spec_version, scoring=self.scoring))
+                levels=levels, flags=text_flags(levels), spec_version=d.profile.spec_version, scoring=self.scoring))
         return results
 
     def _choose(self, lv: int, per_version: list[tuple[KeyTable, _TokenEvidence]],
@@ -352,7 +352,7 @@ def _attribute(full: _Region, regions: list[_Region], basis: np.ndarray, ev: _To
                                                                                  math.log(alpha))
     if opened is None:
         return Attribution("absent", level_lp, reason=not_significant(level_lp, math.log(alpha)))
-    att, source = _decide(full, regions, windows, per_value, log_v, opened, math.log(alpha), bits)
+    att, source = decide_value(full, regions, windows, per_value, log_v, opened, math.log(alpha), bits)
     if source is not None:
         row = next(i for i, reg in enumerate([full, *regions]) if reg is source)
         eq = _gamma_equivalent_scores(source, ev, [parts[j] for j in basis[row]], windows)

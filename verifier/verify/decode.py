@@ -6,8 +6,7 @@ through: every level verdict (status, reason, fields) is the engine's.
 
 from __future__ import annotations
 
-from verifier.engine.availability import decode_texts
-from verifier.engine.decoder import DecodeError, Decoder
+from verifier.engine.decoder import DecodeError, Decoder, decode_texts
 from verifier.engine.profile import Profile
 from verifier.errors import InvalidInput
 from verifier.keys.decodable import VerificationMaterial

@@ -14,8 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from verifier.engine.availability import make_decoder
-from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, token_ids
+from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, make_decoder, token_ids
 from verifier.engine.expected import NotOneValue, expected_results
 from verifier.engine.payload import value_fields
 from verifier.engine.profile import Profile

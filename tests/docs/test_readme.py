@@ -64,9 +64,10 @@ def dev_server(tmp_path):
             assert time.monotonic() < deadline, Path(log.name).read_text()[-3000:]
             time.sleep(0.5)
         printed = Path(log.name).read_text()
-        exports = dict(re.findall(r"^\s*export (\w+_TOKEN)=(\S+)", printed, re.M))
-        assert set(exports) == {"MOD_TOKEN", "AUD_TOKEN", "ADM_TOKEN", "PRV_TOKEN"}, printed
-        yield base, {**env, **exports, "HERO_URL": base}
+        exports = dict(re.findall(r"^\s*export (\w+_TOKEN|HERO_URL)=(\S+)", printed, re.M))
+        assert set(exports) == {"MOD_TOKEN", "AUD_TOKEN", "ADM_TOKEN", "PRV_TOKEN", "HERO_URL"}, printed
+        assert exports["HERO_URL"] == base  # the service's address as printed: the README's blocks use it
+        yield base, {**env, **exports}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -98,3 +99,8 @@ def test_every_readme_block_runs_as_written_after_scripts_dev(dev_server):
     assert verdict[0] == "True" and verdict[2] == "l1-v1", lines[-3]  # hero.verify: watermarked, its key version
     providers = httpx.get(base + "/v1/providers", headers={"Authorization": "Bearer " + env["ADM_TOKEN"]}).json()
     assert [p["provider_id"] for p in providers["providers"]] == ["dev-provider"], providers
+    # pasted a second time, the provider block's registration is no 409: the kept key pair, registered once
+    first = next(code for lang, code, skip in found if lang == "python" and not skip)
+    again = first[: first.index("\nprv = ")]
+    r = subprocess.run([sys.executable, "-c", again], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

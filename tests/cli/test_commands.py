@@ -1,5 +1,5 @@
-"""Issue 14 (CLI): `hero --help` and argument errors import nothing heavy (measured in
-benchmarks/cli_startup.py, not here), one table of commands, `hero decode` through a running service when
+"""The CLI's commands: `hero --help` and argument errors import nothing heavy (timed by
+benchmarks/bench_cli.py, not here), one table of commands, `hero decode` through a running service when
 HERO_URL is set, the benchmark warning below 3 repetitions, and `hero eval --quick --out DIR` writing its
 report."""
 

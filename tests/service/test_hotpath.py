@@ -139,7 +139,6 @@ def test_a_burst_is_batched_and_each_text_audited_exactly_once(svc, make_service
     out = _parallel(n, call)
     assert all(r.status_code == 200 for _, _, r in out), [r.text for _, _, r in out if r.status_code != 200]
     assert batched.ctx.batcher.largest > 1  # the burst was coalesced
-    assert batched.ctx.batcher.batches < n
     vkey = svc.client.get("/v1/audit/public-key", headers=svc.auth("moderator")).text.strip()
     sent = Counter()
     for texts, role, r in out:

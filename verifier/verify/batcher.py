@@ -40,11 +40,10 @@ class Batcher:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self.batches = 0  # statistics (tests, /metrics later): batches served and the largest one
-        self.largest = 0
+        self.largest = 0  # the most callers one batch has served (a burst was coalesced when > 1)
 
     def __repr__(self) -> str:
-        return f"Batcher(window_s={self.window_s}, max_texts={self.max_texts}, batches={self.batches})"
+        return f"Batcher(window_s={self.window_s}, max_texts={self.max_texts}, largest={self.largest})"
 
     def submit(self, request: VerifyRequest) -> Future:
         fut: Future = Future()
@@ -101,7 +100,6 @@ class Batcher:
                 return
             batch, stop = self._collect(first, shared)
             shared = len(batch) > 1
-            self.batches += 1
             self.largest = max(self.largest, len(batch))
             try:
                 outcomes = self.process([req for req, _ in batch])

@@ -1,4 +1,4 @@
-"""Security round 4's low findings: error messages echo at most 64 characters of input; /metrics needs a token
+"""Error messages echo at most 64 characters of input; /metrics needs a token
 outside dev mode and a public exposition carries no verdict or disclosure counts."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def token_evidence(runner, db: Database, profile: Profile, text: str, actor: Act
                           f"{len(tokens)} tokens")
     receipt = record_with_receipts(db, [event], signer, interval_s)[0]
     return {
-        "watermarked": lv1["p_value"] <= runner.alpha if lv1["p_value"] is not None else False,
+        "watermarked": result["watermarked"],  # the decode's own verdict (engine/verdicts.text_verdict)
         "p_value": lv1["p_value"],
         "status": lv1["status"],
         "key_version": lv1["key_version"],

@@ -155,8 +155,10 @@ class Runner:
         entry = self.cache.get(profile, 1)
         tokenizer = self.tokenizers(profile.tokenizer)
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        decoder = entry.prepared or make_decoder(profile, entry.material.tables, alpha=self.alpha,
-                                                 unavailable=entry.material.unavailable)
+        decoder = entry.prepared  # the cache prepares one for every entry (None: no usable level-1 version)
+        if decoder is None:
+            raise TextNotDecodable("no usable level-1 key version: " + (
+                entry.material.missing.get(1) or entry.material.unavailable.get(1) or "none is active"))
         try:
             result, evidence = decoder.token_evidence(enc["input_ids"])
         except DecodeError as exc:

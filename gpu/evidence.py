@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from gpu import cpu_kernel, torch_kernel, triton_kernels
+from gpu import cpu_kernel, torch_kernel
 from gpu.backend import select_backend
 from gpu.scoring import LevelKeys, ScoringSpec
 
@@ -32,6 +32,8 @@ def segment_scores(
         if ids.device.type != "cpu":
             return [s.to(ids.device) for s in scores], counts.to(ids.device)
         return scores, counts
-    if impl == "triton":
+    if impl == "triton":  # imported here: a CPU-only process never loads Triton (its exit noise, its import time)
+        from gpu import triton_kernels
+
         return triton_kernels.segment_scores(ids, lengths, spec, position_key, tables)
     return torch_kernel.segment_scores(ids, lengths, spec, position_key, tables)

@@ -15,33 +15,18 @@ import secrets
 import threading
 from importlib import import_module
 from pathlib import Path
-from types import MappingProxyType
 from typing import Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from verifier.errors import Unavailable
+from verifier.keys.kek_errors import KekError as KekError  # re-exported: the KEK errors live in kek_errors
+from verifier.keys.kek_errors import KekUnreachable as KekUnreachable
 from verifier.secretfile import private_dir, write_secret
 
 log = logging.getLogger("hero.kek")
 
 _ID_RE = re.compile(r"^[a-z0-9-]{1,64}$")
-
-
-class KekError(Unavailable):
-    """A data key cannot be wrapped/unwrapped (missing KEK, tampered row). Messages name KEK ids, never server
-    paths (those go to the log): the API answers a fixed text, the CLI and job errors the message."""
-
-    public_detail = "key material is unavailable (KEK)"
-
-
-class KekUnreachable(KekError):
-    """The KEK service cannot be reached (down, timed out, sealed, refused our token): transient. Nothing was
-    changed; callers answer 503 and retry, queued jobs wait for it (`verifier.jobs.drain`)."""
-
-    public_detail = "the key service (KEK provider) is unreachable; retry later"
-    headers = MappingProxyType({"Retry-After": "5"})
 
 
 class KekProvider(Protocol):

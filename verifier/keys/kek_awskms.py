@@ -13,7 +13,7 @@ import base64
 import logging
 import re
 
-from verifier.keys.kek import KekError, KekUnreachable
+from verifier.keys.kek_errors import KekError, KekUnreachable
 
 log = logging.getLogger("hero.kek")
 

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from verifier.keys.kek import KekError, KekUnreachable
+from verifier.keys.kek_errors import KekError, KekUnreachable
 
 log = logging.getLogger("hero.kek")
 

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from verifier.keys.kek import KekError, KekUnreachable
+from verifier.keys.kek_errors import KekError, KekUnreachable
 
 log = logging.getLogger("hero.kek")
 

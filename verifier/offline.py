@@ -151,9 +151,8 @@ class LocalHero:
         for g in gens:
             payload = " ".join(f"{k}={v}" for k, v in sorted(g["payload"].items()))
             levels = [int(lv) for lv in g["key_versions"]]
-            events.append(AuditEvent("generate", a.subject, a.role, a.jti, levels,
-                                     ",".join(g["key_versions"].values()), text_digest(g["text"]), "generated",
-                                     f"payload {payload}"))
+            events.append(AuditEvent.of(a, "generate", levels, ",".join(g["key_versions"].values()),
+                                        text_digest(g["text"]), "generated", f"payload {payload}"))
         record(self.store.db, events)
 
     # -- decoding --------------------------------------------------------------------------------

@@ -157,12 +157,14 @@ class LocalHero:
 
     # -- decoding --------------------------------------------------------------------------------
     def runner(self, scorer: Any = None):
-        """The one decode runner (verifier.verify.runner.Runner) over this store, made once."""
+        """The one decode runner (verifier.verify.runner.Runner) over this store, made once; its tokenizer from
+        tokenizer.json alone when the model's converted copy has one (no transformers import: a cold decode
+        starts in a fraction of the time)."""
         if self._runner is None:
             from verifier.lm import TokenizerCache
             from verifier.verify.runner import Runner
 
-            self._runner = Runner(self.store, TokenizerCache(), self.settings.alpha, scorer=scorer)
+            self._runner = Runner(self.store, TokenizerCache(decode_tokenizer), self.settings.alpha, scorer=scorer)
         return self._runner
 
     def decode(self, texts: Sequence[str], *, max_level: int = 1,
@@ -224,3 +226,34 @@ def chat_prompt(tokenizer: Any, prompt: str) -> str:
         raise ValueError("this model's tokenizer has no chat template; drop --chat")
     return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                          add_generation_prompt=True)
+
+
+class FastTokenizer:
+    """A model's tokenizer from its tokenizer.json through the `tokenizers` library alone: the token ids the
+    decoder scores (no special tokens), as the transformers fast tokenizer built on the same file gives them
+    (tests/cli/test_fast_start.py compares both), without importing transformers."""
+
+    def __init__(self, path: str) -> None:
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(path)  # `encode_batch_fast`: what verifier.lm.encode_ids calls
+
+    def __call__(self, texts: str | list[str], add_special_tokens: bool = False,
+                 return_offsets_mapping: bool = False, **_: Any) -> dict[str, Any]:
+        one = isinstance(texts, str)
+        encs = self._tokenizer.encode_batch([texts] if one else list(texts), add_special_tokens=add_special_tokens)
+        out: dict[str, Any] = {"input_ids": [e.ids for e in encs]}
+        if return_offsets_mapping:
+            out["offset_mapping"] = [e.offsets for e in encs]
+        return {k: v[0] for k, v in out.items()} if one else out
+
+
+def decode_tokenizer(name: str) -> Any:
+    """The decode path's tokenizer: FastTokenizer when the converted model holds tokenizer.json, else the
+    transformers one (verifier.lm.load_tokenizer, from the GGUF file)."""
+    from verifier.lm import cache_dir, load_tokenizer
+
+    path = cache_dir(name) / "tokenizer.json"
+    if (cache_dir(name) / "config.json").is_file() and path.is_file():
+        return FastTokenizer(str(path))
+    return load_tokenizer(name)

@@ -35,7 +35,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "jobs": {"base", "engine", "lm", "audit", "keys", "auth", "verify"},
     "evaluation": {"gpu", "base", "engine", "lm"},
     "sdk": {"gpu", "engine", "lm"},  # verifier.provider (provider SDK), verifier.client: no service import
-    "registry": {"base", "engine", "audit", "keys", "auth", "sdk"},  # the provider registry
+    "registry": {"base", "engine", "audit", "keys", "sdk"},  # the provider registry
     "process": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs"},  # verifier.process: the builder
     "api": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "registry", "sdk", "process"},
     "entry": {"gpu", "base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs", "evaluation", "api",

@@ -6,6 +6,7 @@ readable by the service's OS user, whatever the umask; secrets are written atomi
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -19,7 +20,11 @@ def private_dir(path: Path) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
     if path.stat().st_mode & 0o777 != DIR_MODE:
-        path.chmod(DIR_MODE)
+        try:
+            path.chmod(DIR_MODE)
+        except OSError as exc:  # a read-only mount (a Kubernetes Secret volume): nobody can add files to it
+            if exc.errno != errno.EROFS:
+                raise
     return path
 
 

@@ -41,6 +41,7 @@ def text_limits(max_texts: int, max_chars: int) -> str:
 
 
 def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
+    """The input limits; a message numbers texts from 1, as a person counts them, and names only the limit hit."""
     if len(texts) > max_texts:
         raise TooLarge(f"too many texts: {len(texts)} (at most {max_texts} text{'s' if max_texts != 1 else ''} "
                        "per request)")
@@ -57,7 +58,6 @@ def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
-    """The input limits; a message numbers texts from 1, as a person counts them, and names only the limit hit."""
 
 def _copy(v):
     """A deep copy of decoder output (JSON-like data), ~5x cheaper than copy.deepcopy: scalars are shared

@@ -1,8 +1,10 @@
 # HeRo Verifier: API (`hero serve`) and decode worker (`hero worker`) from one image.
 #   docker build -t hero-verifier .                                   # CPU torch (default)
-#   docker build --build-arg BASE_IMAGE=nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04 \
-#                --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124 -t hero-verifier:cuda .
-# A CUDA base must provide python3.11 + pip on PATH as `python` (or set PYTHON=python3.11).
+#   docker build --build-arg TORCH_INDEX_URL=https://pypi.org/simple -t hero-verifier:cuda .   # CUDA workers
+# The CUDA image keeps the python:3.11-slim base: PyPI's Linux x86_64 torch wheels are the CUDA builds and bring
+# the CUDA runtime libraries as nvidia-* wheels, so no CUDA base image is needed; the host needs the NVIDIA driver
+# and the NVIDIA Container Toolkit (compose: `--profile cuda`; Kubernetes: deploy/kubernetes/overlays/gpu).
+# Another base (e.g. an nvidia/cuda image) must provide python3.11 + pip on PATH as `python` (or set PYTHON).
 # Offline/air-gapped builds: put a torch wheel in .docker-wheels/ (git-ignored); it is used instead of
 # the index (this is how ../shared/tools/container-smoke builds it on a machine without the CPU index).
 ARG BASE_IMAGE=python:3.11-slim
@@ -59,10 +61,15 @@ RUN whl=$(ls /tmp/wheels/hero_verifier-*.whl) \
  && rm -rf /tmp/wheels \
  && $PYTHON -c "from gpu import cpu_kernel; assert cpu_kernel.available(), cpu_kernel.error()"
 
-RUN mkdir -p /var/lib/hero/kek /var/lib/hero/models && chown -R hero:hero /var/lib/hero && chmod 700 /var/lib/hero/kek
+RUN mkdir -p /var/lib/hero/kek /var/lib/hero/log /var/lib/hero/models && chown -R hero:hero /var/lib/hero \
+ && chmod 700 /var/lib/hero/kek /var/lib/hero/log
 USER hero
-VOLUME ["/var/lib/hero"]
-EXPOSE 8000
-HEALTHCHECK --interval=30s --timeout=5s CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
+# The KEK (kek/) and the log signing key (log/) are mounted as named volumes or secrets (compose.yaml: hero-kek,
+# hero-log): an anonymous volume here would be replaced by `docker compose down` + `up`, and with it the key.
+EXPOSE 8000 9100
+# The API answers /healthz on :8000; a worker (`hero worker`, HERO_WORKER_METRICS_PORT=9100) answers /metrics on
+# its own port: set HERO_HEALTH_URL=http://127.0.0.1:9100/metrics for it (compose.yaml does).
+ENV HERO_HEALTH_URL=http://127.0.0.1:8000/healthz
+HEALTHCHECK --interval=30s --timeout=5s CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['HERO_HEALTH_URL'], timeout=4)"]
 # Override the command for the worker: `hero worker` (see compose.yaml).
 CMD ["hero", "serve", "--host", "0.0.0.0", "--port", "8000"]

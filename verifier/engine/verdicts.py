@@ -243,7 +243,7 @@ def text_verdict(levels: list[LevelResult], n_scored: int, alpha: float) -> tupl
     `stats.log_text_p` of the levels', and level 1's own verdict stands for every role (spec 15.4), so an
     auditor never sees less than a moderator. A text not called watermarked releases no value: a deeper
     level's value is withheld there (`detected`), so no result names a user on a text it calls unmarked
-    (spec 15.4; docs/evaluation/spec-v3.md, session 20)."""
+    (spec 15.4; docs/research/2026-11-spec-v3-notes.md, measured 2026-11-28)."""
     level_log_ps = [lv.log10_p_value * math.log(10.0) for lv in levels]
     log_p = stats.log_text_p(level_log_ps)
     detected = stats.to_p(log_p) <= alpha or stats.to_p(level_log_ps[0]) <= alpha

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import inspect
 import logging
+import signal
+import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,6 +32,7 @@ from verifier.api.verify import router as verify_router
 from verifier.audit.service import AuditUnavailable
 from verifier.auth.jwt import AuthError
 from verifier.auth.principal import Principal
+from verifier.cancel import SHUTDOWN, overdue
 from verifier.console.apidocs import install_docs
 from verifier.console.endpoints import router as console_router
 from verifier.errors import ECHO_LIMIT, DomainError
@@ -149,6 +152,29 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
 
+def stop_work_on_signals() -> None:
+    """Wraps the server's SIGTERM/SIGINT handlers (uvicorn's, installed before the lifespan starts) so that the
+    signal also sets verifier.cancel.SHUTDOWN: a decode in a worker thread stops at its next check instead of
+    holding the shutdown until SIGKILL. Main thread only (where signal handlers live; not under a test client)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if getattr(previous, "hero_stops_work", False):
+            continue
+
+        def handler(signum, frame, previous=previous):
+            SHUTDOWN.set()
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+
+        handler.hero_stops_work = True  # type: ignore[attr-defined]
+        signal.signal(sig, handler)
+
+
 def _ops_routes(app: FastAPI, settings: Settings) -> None:
     @app.get("/healthz", tags=["ops"], summary="Liveness")
     def healthz() -> dict:
@@ -157,6 +183,10 @@ def _ops_routes(app: FastAPI, settings: Settings) -> None:
     @app.get("/readyz", tags=["ops"], summary="Readiness (database and, if configured, broker reachable)",
              responses={503: {}})
     def readyz(ctx: Ctx) -> Response:
+        stuck = overdue()
+        if stuck:  # a decode that no longer reaches its deadline checks: this worker is not serving
+            log.warning("decode past its deadline", extra={"decodes": stuck})
+            return JSONResponse({"detail": f"{stuck} decode(s) running past their deadline"}, status_code=503)
         try:
             ctx.db.ping()
         except Exception as exc:
@@ -203,6 +233,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        stop_work_on_signals()  # SIGTERM: long decodes stop at their next check, so shutdown takes seconds
         ctx.jobs.start()  # resume jobs a previous process left unfinished
         yield
         ctx.close()

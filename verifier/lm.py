@@ -26,6 +26,7 @@ from typing import Any
 from verifier.resources import hero_home
 
 __all__ = [
+    "CONTEXT_LENGTHS",
     "VOCAB_SIZES",
     "LockedTokenizer",
     "ModelUnavailable",
@@ -40,6 +41,9 @@ __all__ = [
 
 # Logits width (== model.config.vocab_size == len(tokenizer)), measured on the shipped weights.
 VOCAB_SIZES: dict[str, int] = {"smollm2": 49152, "gemma3-270m": 262144}
+# Context length (model.config.max_position_embeddings) of the shipped weights: model-aware scoring never reads
+# more tokens of a text than this (HERO_MODEL_AWARE_MAX_TOKENS is capped by it).
+CONTEXT_LENGTHS: dict[str, int] = {"smollm2": 8192, "gemma3-270m": 32768}
 
 
 class ModelUnavailable(RuntimeError):

@@ -100,7 +100,7 @@ def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] 
                   check: bool = False) -> Process:
     from verifier.lm import TokenizerCache
     from verifier.verify.runner import Runner
-    from verifier.verify.scoring import deployment_sampling, model_aware_scorer
+    from verifier.verify.scoring import deployment_sampling, model_aware_limits, model_aware_scorer
 
     db = open_database(settings, check=check)
     store = open_store(settings, db)
@@ -112,7 +112,8 @@ def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] 
                                  scorer=model_aware_scorer(settings.model_aware, settings.worker_device,
                                                            deployment_sampling(settings),
                                                            settings.model_aware_statistic,
-                                                           settings.model_aware_edit_floors)))
+                                                           settings.model_aware_edit_floors,
+                                                           **model_aware_limits(settings))))
 
 
 class ProcessLocal:

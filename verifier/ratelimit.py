@@ -47,7 +47,8 @@ class RateLimited(DomainError):
 
     def __init__(self, bucket: Bucket, retry_after: int) -> None:
         scope = "role" if bucket.label.startswith("role") else "subject"
-        super().__init__(f"rate limit reached: {bucket.limit} texts per {bucket.window} for this {scope}; "
+        unit = "LM tokens (model-aware scoring)" if "lm_tokens" in bucket.label else "texts"
+        super().__init__(f"rate limit reached: {bucket.limit} {unit} per {bucket.window} for this {scope}; "
                          f"retry in {retry_after} s")
         self.bucket = bucket
         self.retry_after = retry_after
@@ -145,6 +146,15 @@ class RoleLimits:
     texts_per_day: int | None = None
     role_texts_per_minute: int | None = None
     role_texts_per_day: int | None = None
+    # LM tokens a subject's model-aware requests may have scored (HERO_MODEL_AWARE=1): the LM's cost is per token
+    lm_tokens_per_minute: int | None = None
+    lm_tokens_per_day: int | None = None
+
+    def token_buckets(self, role: str, subject_key: str) -> list[Bucket]:
+        """The subject's LM-token buckets (label subject_lm_tokens_minute / _day)."""
+        return [Bucket(f"lmtok:{role}:{subject_key}", f"subject_lm_tokens_{window}", window, limit)
+                for window, limit in (("minute", self.lm_tokens_per_minute), ("day", self.lm_tokens_per_day))
+                if limit is not None]
 
     def buckets(self, role: str, subject_key: str) -> list[Bucket]:
         out = []
@@ -166,18 +176,21 @@ class RateLimiter:
         self.counter = counter
         self.clock = clock
 
-    def charge(self, role: str, subject_key: str, limits: RoleLimits | None, n: int) -> None:
-        """Counts n texts against the caller's buckets; raises RateLimited (nothing counted) when over."""
+    def charge(self, role: str, subject_key: str, limits: RoleLimits | None, n: int, lm_tokens: int = 0) -> None:
+        """Counts n texts (and `lm_tokens`, when the LM runs) against the caller's buckets; raises RateLimited when
+        over. The LM-token buckets are charged first: refused there, nothing is counted; refused on texts after
+        that, the tokens stay taken (the caller's own LM-token quota, never the role's)."""
         if limits is None or n <= 0:
             return
-        buckets = limits.buckets(role, subject_key)
-        if not buckets:
-            return
         now = self.clock()
-        over = self.counter.charge(buckets, n, now)
-        if over is not None:
-            RATE_LIMITED.labels(role, over.label).inc()
-            raise RateLimited(over, self.counter.retry_after(over, n, now))
+        for buckets, amount in ((limits.token_buckets(role, subject_key) if lm_tokens > 0 else [], lm_tokens),
+                                (limits.buckets(role, subject_key), n)):
+            if not buckets:
+                continue
+            over = self.counter.charge(buckets, amount, now)
+            if over is not None:
+                RATE_LIMITED.labels(role, over.label).inc()
+                raise RateLimited(over, self.counter.retry_after(over, amount, now))
 
 
 def shared_counter_url(settings) -> str | None:

@@ -79,6 +79,14 @@ class Settings(BaseSettings):
     model_aware_top_k: int | None = Field(default=None, ge=1)
     model_aware_top_p: float | None = Field(default=None, gt=0, le=1)
     model_aware_temperature: float = Field(default=1.0, gt=0)
+    # Model-aware cost bounds (engine/model_aware.py, verifier/cancel.py): LM tokens per text (413 above it; never
+    # more than the model's context) and per /v1/verify request, padded tokens per forward pass (the memory
+    # bound: docs/performance.md), and a wall-clock deadline per decode (503 past it; /readyz reports a worker
+    # still running past it). Roles' quotas may count LM tokens too (lm_tokens_per_minute / _per_day).
+    model_aware_max_tokens: int = Field(default=2048, ge=16, le=131072)
+    model_aware_max_request_tokens: int = Field(default=8192, ge=16)
+    model_aware_batch_tokens: int = Field(default=8192, ge=256, le=1_048_576)
+    model_aware_deadline_seconds: float = Field(default=120.0, gt=0, le=3600)
     # `expect`: distinct values one subject may ask about one text, per level (verify/expect.py; each answer is
     # corrected for the values asked so far; beyond the cap: 403, audited)
     expect_max_values: int = Field(default=16, ge=1, le=4096)

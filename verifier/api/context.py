@@ -28,7 +28,7 @@ from verifier.process import build_process
 from verifier.ratelimit import MemoryCounter, RateLimiter, make_rate_limiter
 from verifier.settings import Settings
 from verifier.verify.batcher import Batcher
-from verifier.verify.release import charge_quota, check_texts
+from verifier.verify.release import charge_quota, check_lm_tokens, check_texts
 from verifier.verify.runner import DecodeRunner
 from verifier.verify.service import batch_worker
 
@@ -52,19 +52,41 @@ class ServiceContext:
         return f"ServiceContext(profile={self.profile.name!r}, db={self.db.dialect})"
 
     async def admit(self, p: Principal, texts: Sequence[str], max_texts: int, requested: int | None = None, *,
-                    vet: Callable[[Grant], object] | None = None) -> Grant:
-        """The level granted to `p` (403), the input limits (413/422), `vet(grant)` (the request's own checks, in
-        a thread: e.g. `expect`), then the caller's quota (429: nothing counted): the same checks, in the same
-        order, before every decode an endpoint starts. Nothing refused before the quota is charged to it."""
+                    vet: Callable[[Grant], object] | None = None, per_request_tokens: bool = True,
+                    lm_runs: bool = True) -> Grant:
+        """The level granted to `p` (403), the input limits (413/422: in LM tokens too when model-aware scoring
+        will run), `vet(grant)` (the request's own checks, in a thread: e.g. `expect`), then the caller's quota
+        (429; LM tokens counted when the LM runs): the same checks, in the same order, before every decode an
+        endpoint starts. Nothing refused before the quota is charged to it. `per_request_tokens`: the
+        per-request LM-token cap applies (an answer now; a job's texts are scored batch by batch); `lm_runs`: False
+        where the endpoint never runs the LM (per-token evidence)."""
         grant = self.policy.grant(p.role, self.profile, requested)
         check_texts(texts, max_texts, self.settings.max_text_chars)
+        lm_tokens = 0
+        if self.model_aware and lm_runs:
+            lm_tokens = await run_in_threadpool(self._lm_tokens, texts, per_request_tokens)
         if vet is not None:
             await run_in_threadpool(vet, grant)
         if isinstance(self.limiter.counter, MemoryCounter):
-            charge_quota(self.limiter, self.policy, p, len(texts))  # in memory: no I/O on the loop
+            charge_quota(self.limiter, self.policy, p, len(texts), lm_tokens)  # in memory: no I/O on the loop
         else:
-            await run_in_threadpool(charge_quota, self.limiter, self.policy, p, len(texts))
+            await run_in_threadpool(charge_quota, self.limiter, self.policy, p, len(texts), lm_tokens)
         return grant
+
+    @property
+    def model_aware(self) -> bool:
+        return getattr(self.runner, "scorer", None) is not None
+
+    def lm_token_cap(self) -> int:
+        """LM tokens per text model-aware scoring reads: HERO_MODEL_AWARE_MAX_TOKENS, never past the model's context."""
+        from verifier.lm import CONTEXT_LENGTHS
+
+        return min(self.settings.model_aware_max_tokens, CONTEXT_LENGTHS.get(self.profile.tokenizer, 1 << 30))
+
+    def _lm_tokens(self, texts: Sequence[str], per_request: bool) -> int:
+        lengths = [len(x) for x in self.tokenizers(self.profile.tokenizer).encode_ids(list(texts))]
+        return check_lm_tokens(lengths, self.lm_token_cap(),
+                               self.settings.model_aware_max_request_tokens if per_request else None)
 
     def close(self) -> None:
         if self.batcher is not None:

@@ -108,7 +108,7 @@ class VerifyFastPath:
         try:
             principal = principal_for(self.ctx, claims)
             state["subject"] = claims.sub
-            results = await verify_call(self.ctx, check_action(principal, "verify"), texts, level)
+            results = await verify_call(self.ctx, check_action(principal, "verify"), texts, level, None, receive)
         except Exception as exc:
             handler = self._handler(exc)
             if handler is None:

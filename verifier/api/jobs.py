@@ -58,7 +58,7 @@ async def submit(
         if replay is not None:
             ctx.policy.grant(p.role, ctx.profile, body.max_level)  # a role since refused submitting is refused
             return replay
-    grant = await ctx.admit(p, body.texts, ctx.settings.job_max_texts, body.max_level)
+    grant = await ctx.admit(p, body.texts, ctx.settings.job_max_texts, body.max_level, per_request_tokens=False)
     return await run_in_threadpool(_queue, ctx, p, grant.level, body.texts, response, idempotency_key, digest)
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from verifier.api.bodies import JsonRoute
@@ -36,10 +41,10 @@ ERRORS: dict[int | str, dict] = {
     "result carries its event's transparency-log receipt, checkable offline (docs/transparency.md).",
     responses=ERRORS,
 )
-async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller) -> dict:
+async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller, request: Request) -> dict:
     texts, own = body.plain_texts(), body.text_expects()
     if not any(own):
-        return {"results": await verify_call(ctx, p, texts, body.max_level, body.expect)}
+        return {"results": await verify_call(ctx, p, texts, body.max_level, body.expect, request.receive)}
     if body.expect:
         raise InvalidInput("give `expect` per text or for the whole request, not both")
     return {"results": await verify_each_expect(ctx, p, texts, own, body.max_level)}
@@ -62,9 +67,37 @@ async def verify_each_expect(ctx: ServiceContext, p: Principal, texts: list[str]
     return results
 
 
+async def _disconnected(receive: Callable[[], Awaitable[dict]]) -> None:
+    """Returns when the client has gone (the body is read already: the next ASGI message is the disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _cancellable(ctx: ServiceContext, p: Principal, job: DecodeJob,
+                       receive: Callable[[], Awaitable[dict]] | None) -> list[dict]:
+    """A model-aware decode on its own (not micro-batched: its cost is the LM's, and one caller's cancel must stop
+    only its own work), stopped at its next check when the client disconnects (verifier/cancel.py)."""
+    cancel = threading.Event()
+    job = dataclasses.replace(job, cancel=cancel)
+    work = asyncio.ensure_future(run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
+                                                   ctx.settings.checkpoint_interval_seconds))
+    if receive is None:
+        return await work
+    watch = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not work.done():
+            cancel.set()  # the client left (or this task was cancelled): the LM stops within one layer
+        watch.cancel()
+    return await work
+
+
 async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_level: int | None,
-                      expect: dict[str, int] | None = None) -> list[dict]:
-    """The body of POST /v1/verify once the caller and the input are known (also verifier.api.fastpath)."""
+                      expect: dict[str, int] | None = None,
+                      receive: Callable[[], Awaitable[dict]] | None = None) -> list[dict]:
+    """The body of POST /v1/verify once the caller and the input are known (also verifier.api.fastpath);
+    `receive`: the request's ASGI receive, watched for a disconnect while a model-aware decode runs."""
     asked: tuple[tuple[int, int], ...] = ()
 
     def vet(grant: Grant) -> None:  # before the quota: a refused `expect` costs none, and is audited
@@ -73,6 +106,8 @@ async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_l
 
     grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet if expect else None)
     job = DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha, expect=asked)
+    if ctx.model_aware:
+        return await _cancellable(ctx, p, job, receive)
     if ctx.batcher is not None:  # answered after the batch's audit transaction commits
         return await ctx.batcher.verify(VerifyRequest(job, p.actor))
     return await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
@@ -104,6 +139,6 @@ def vet_expect(ctx: ServiceContext, p: Principal, texts: list[str], expect: dict
     responses=ERRORS,
 )
 async def evidence(body: EvidenceIn, ctx: Ctx, p: EvidenceReader) -> dict:
-    await ctx.admit(p, [body.text], ctx.settings.max_texts, 1)  # level 1 only, whatever the role
+    await ctx.admit(p, [body.text], ctx.settings.max_texts, 1, lm_runs=False)  # level 1 only, whatever the role
     return await run_in_threadpool(token_evidence, ctx.runner, ctx.db, ctx.profile, body.text, p.actor, ctx.signer,
                                    ctx.settings.checkpoint_interval_seconds)

@@ -15,7 +15,9 @@ verifier.lm's loader in verifier/verify/scoring.py): the engine loads no model i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -116,7 +118,8 @@ def scored_logits(model, batch: Sequence[Sequence[int]], context_width: int, *,
                   batch_size: int = DEFAULT_BATCH):
     """Per text (in order): (scored positions, [n_scored, V] float64 logits of P(x_t | x_<t), the text alone).
 
-    One forward pass per `batch_size` texts on the model's device, no prompt, right-padded."""
+    One forward pass per `batch_size` texts on the model's device, no prompt, right-padded. Whole matrices: for
+    benchmarks on texts of known size; the service scores through `level_probabilities` (chunked, bounded)."""
     for r, logits in text_logits(model, batch, batch_size=batch_size):
         pos = reference.scored_positions(r, context_width)
         t = torch.tensor(pos, dtype=torch.int64, device=logits.device)
@@ -125,7 +128,8 @@ def scored_logits(model, batch: Sequence[Sequence[int]], context_width: int, *,
 
 def text_logits(model, batch: Sequence[Sequence[int]], *, batch_size: int = DEFAULT_BATCH):
     """Per text (in order): (its ids, [len, V] logits of P(x_{t+1} | x_<=t)), the text alone: one forward pass
-    per `batch_size` texts on the model's device, right-padded."""
+    per `batch_size` texts on the model's device, right-padded. Whole [len, V] matrices: benchmarks only (the
+    service's path is `level_probabilities`, which never holds one)."""
     device = next(model.parameters()).device
     for lo in range(0, len(batch), batch_size):
         rows = [list(x) for x in batch[lo : lo + batch_size]]
@@ -167,43 +171,163 @@ def routing_probabilities(profile: Profile, probs: torch.Tensor, tokens: torch.T
     return torch.stack(levels, dim=1).clamp(1e-12, 1.0).cpu().numpy()
 
 
+DEFAULT_CHUNK = 256  # positions whose [chunk, V] logits exist at once (float64: 100 MB at V = 49,152)
+DEFAULT_BATCH_TOKENS = 8192  # padded tokens per forward pass: bounds the activations, whatever the request
+
+
+def forward_groups(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[list[int]]:
+    """Text indices per forward pass, in order: at most `batch_size` texts and `batch_tokens` padded tokens (a
+    text longer than `batch_tokens` goes alone)."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    width = 0
+    for i, n in enumerate(lengths):
+        w = max(width, n, 1)
+        if cur and (len(cur) >= batch_size or w * (len(cur) + 1) > batch_tokens):
+            groups.append(cur)
+            cur, w = [], max(n, 1)
+        cur.append(i)
+        width = w
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _layers(model) -> list:
+    """The decoder layers of a transformers causal LM (where a deadline is checked during a forward pass)."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    return list(layers) if layers is not None else []
+
+
+@contextmanager
+def _checked(model, deadline):
+    """`deadline.check()` before every decoder layer while in the block: a long forward pass stops within one layer."""
+    handles = [] if deadline is None else [m.register_forward_pre_hook(lambda *_: deadline.check())
+                                           for m in _layers(model)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _hidden_and_head(model, ids: torch.Tensor, mask: torch.Tensor):
+    """([B, W, H] last hidden states, head: [n, H] -> [n, V] logits) for a transformers causal LM; models without
+    a decoder/head split (test stand-ins) give ([B, W, V] logits, identity)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if head is None or decoder is None:
+        return model(input_ids=ids, attention_mask=mask).logits, (lambda h: h)
+    hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if not cap:
+        return hidden, head
+
+    def capped(h: torch.Tensor) -> torch.Tensor:  # as the model's own forward does after its head
+        return torch.tanh(head(h) / cap) * cap
+
+    return hidden, capped
+
+
 def level_probabilities(model, profile: Profile, batch: Sequence[Sequence[int]], *,
                         batch_size: int = DEFAULT_BATCH,
-                        sampling: DeploymentSampling | None = None) -> list[np.ndarray]:
+                        sampling: DeploymentSampling | None = None, deadline=None,
+                        batch_tokens: int = DEFAULT_BATCH_TOKENS, chunk: int = DEFAULT_CHUNK) -> list[np.ndarray]:
     """Per text, [n_scored, levels] float64: p_l of each scored token (reference.scored_positions order),
-    each position's distribution `sampling`'s (default: the model at temperature 1)."""
+    each position's distribution `sampling`'s (default: the model at temperature 1).
+
+    Bounded by construction: forward passes of at most `batch_tokens` padded tokens (`forward_groups`), and the
+    LM head applied to `chunk` scored positions at a time, reduced to their p_l at once: no [len, V] matrix is
+    ever held (a 20,000-token text's would be 3.9 GB in float32, twice that as float64). `deadline`
+    (verifier.cancel.Deadline) is checked before every layer and every chunk."""
     sampling = sampling or DeploymentSampling()
-    out: list[np.ndarray] = []
-    for text, (pos, logits) in zip(batch, scored_logits(model, batch, profile.context_width,
-                                                        batch_size=batch_size), strict=True):
-        tokens = torch.tensor([text[p] for p in pos], dtype=torch.int64, device=logits.device)
-        out.append(routing_probabilities(profile, sampling.distribution(logits), tokens))
-    return out
+    device = next(model.parameters()).device
+    out: list[np.ndarray | None] = [None] * len(batch)
+    for group in forward_groups([len(x) for x in batch], batch_size, batch_tokens):
+        if deadline is not None:
+            deadline.check()
+        rows = [list(batch[i]) for i in group]
+        width = max(1, max(len(r) for r in rows))
+        ids = torch.zeros(len(rows), width, dtype=torch.int64)
+        mask = torch.zeros(len(rows), width, dtype=torch.int64)
+        for j, r in enumerate(rows):
+            ids[j, : len(r)] = torch.tensor(r, dtype=torch.int64)
+            mask[j, : len(r)] = 1
+        with torch.no_grad(), _checked(model, deadline):
+            hidden, head = _hidden_and_head(model, ids.to(device), mask.to(device))
+            for j, (i, r) in enumerate(zip(group, rows, strict=True)):
+                pos = reference.scored_positions(r, profile.context_width)
+                parts = []
+                for lo in range(0, len(pos), chunk):
+                    if deadline is not None:
+                        deadline.check()
+                    at = pos[lo : lo + chunk]
+                    t = torch.tensor(at, dtype=torch.int64, device=hidden.device)
+                    logits = head(hidden[j, t - 1]).double()  # [c, V]: this chunk's only
+                    tokens = torch.tensor([r[p] for p in at], dtype=torch.int64, device=hidden.device)
+                    parts.append(routing_probabilities(profile, sampling.distribution(logits), tokens))
+                    del logits
+                out[i] = np.concatenate(parts) if parts else np.zeros((0, len(profile.schedule) + 1))
+        del hidden
+    return out  # type: ignore[return-value]
+
+
+class TooManyTokens(DecodeError):
+    """A text (or a request) is longer, in the LM's tokens, than model-aware scoring reads: 413 naming the cap."""
 
 
 class ModelAwareScorer:
     """Model-aware decoding (`scoring: "model-aware"`, `hero decode --model-aware`, HERO_MODEL_AWARE=1): the
     profile's LM re-run over each text on `device`, its level probabilities turned into per-token weights
-    (`Weighting`), the decoder's keys and rules applied to the weighted statistic."""
+    (`Weighting`), the decoder's keys and rules applied to the weighted statistic.
+
+    Its cost is bounded: at most `max_tokens` LM tokens per text (never more than the model's context), forward
+    passes of at most `batch_tokens` padded tokens, logits reduced `chunk` positions at a time, and a wall-clock
+    `deadline_s` per decode (plus the caller's cancellation: `bound`)."""
 
     def __init__(self, loader: Callable[[str, str], Any], device: str = "cpu", weighting: Weighting | None = None,
-                 batch_size: int = DEFAULT_BATCH, sampling: DeploymentSampling | None = None) -> None:
+                 batch_size: int = DEFAULT_BATCH, sampling: DeploymentSampling | None = None, *,
+                 max_tokens: int = 2048, batch_tokens: int = DEFAULT_BATCH_TOKENS, chunk: int = DEFAULT_CHUNK,
+                 deadline_s: float | None = None, deadline=None) -> None:
         self._load = loader  # (model name, device) -> the model (verifier/verify/scoring.py binds verifier.lm's)
         self.device = device
         self.weighting = weighting or Weighting(DEFAULT_STATISTIC)
         self.batch_size = batch_size
         self.sampling = sampling or DeploymentSampling()
+        self.max_tokens = max_tokens
+        self.batch_tokens = batch_tokens
+        self.chunk = chunk
+        self.deadline_s = deadline_s
+        self.deadline = deadline  # one decode's (verifier.cancel.Deadline), set by `bound`
 
     def __repr__(self) -> str:
         return f"ModelAwareScorer(device={self.device!r}, {self.weighting}, {self.sampling})"
+
+    def bound(self, deadline) -> ModelAwareScorer:
+        """This scorer for one decode under `deadline` (checked before every layer and chunk)."""
+        view = copy.copy(self)
+        view.deadline = deadline
+        return view
+
+    def check_lengths(self, batch: Sequence[Sequence[int]]) -> None:
+        for i, x in enumerate(batch):
+            if len(x) > self.max_tokens:
+                raise TooManyTokens(f"text {i} is {len(x)} tokens long; model-aware scoring reads at most "
+                                    f"{self.max_tokens} tokens per text (HERO_MODEL_AWARE_MAX_TOKENS)")
 
     def decode_ids(self, decoder: Decoder, batch: Sequence[Sequence[int]]) -> list[DecodeResult]:
         decoder.pad(batch)  # ids checked against the vocabulary before the model sees them
         if any(len(x) == 0 for x in batch):
             raise DecodeError("a text has no tokens")
+        self.check_lengths(batch)
         model = self._load(decoder.profile.tokenizer, self.device)
+        context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if context and max(len(x) for x in batch) > context:  # a cap set past the model's context
+            raise TooManyTokens(f"a text is longer than the model's context ({context} tokens)")
         probs = level_probabilities(model, decoder.profile, batch, batch_size=self.batch_size,
-                                    sampling=self.sampling)
+                                    sampling=self.sampling, deadline=self.deadline, batch_tokens=self.batch_tokens,
+                                    chunk=self.chunk)
         h = decoder.profile.context_width
         weights = [self.weighting.for_text(p, x, h) for p, x in zip(probs, batch, strict=True)]
         return WeightedDecoder(decoder, statistic=self.weighting.statistic).decode_ids(batch, weights)
@@ -214,4 +338,3 @@ class ModelAwareScorer:
             if not isinstance(t, str) or not t.strip():
                 raise DecodeError(f"text {i} is empty")
         return self.decode_ids(decoder, token_ids(tokenizer, texts))
-

@@ -7,8 +7,9 @@ through: every level verdict (status, reason, fields) is the engine's.
 from __future__ import annotations
 
 from verifier.engine.decoder import DecodeError, Decoder, decode_texts
+from verifier.engine.model_aware import TooManyTokens
 from verifier.engine.profile import Profile
-from verifier.errors import InvalidInput
+from verifier.errors import InvalidInput, TooLarge
 from verifier.keys.decodable import VerificationMaterial
 
 
@@ -31,6 +32,8 @@ def decode_material(
             profile, tables, texts, tokenizer, alpha=alpha, unavailable=unavailable, missing=missing,
             not_tried=not_tried, device=device, decoder=decoder, scorer=scorer,
         )
+    except TooManyTokens as exc:
+        raise TooLarge(str(exc)) from None
     except DecodeError as exc:
         raise TextNotDecodable(str(exc).splitlines()[0] if str(exc) else "text cannot be decoded") from None
     return [r.to_dict() for r in results]

@@ -29,10 +29,25 @@ from verifier.verify.schemas import ResultOut
 DIAGNOSTICS = frozenset({"bit_confidence", "segment_tokens", "undecoded_segments"})
 
 
-def charge_quota(limiter: RateLimiter, policy: Policy, principal: Principal, n: int) -> None:
-    """Counts n texts against the caller's quotas: RateLimited (429 + Retry-After) when over, nothing counted."""
+def charge_quota(limiter: RateLimiter, policy: Policy, principal: Principal, n: int, lm_tokens: int = 0) -> None:
+    """Counts n texts (and the LM tokens model-aware scoring will read) against the caller's quotas: RateLimited
+    (429 + Retry-After) when over."""
     role = policy.role(principal.role)
-    limiter.charge(principal.role, f"{principal.iss}:{principal.sub}", role.limits if role else None, n)
+    limiter.charge(principal.role, f"{principal.iss}:{principal.sub}", role.limits if role else None, n, lm_tokens)
+
+
+def check_lm_tokens(lengths: Sequence[int], max_tokens: int, max_request_tokens: int | None) -> int:
+    """The LM tokens model-aware scoring would read (their sum), or TooLarge (413) naming the cap a text or the
+    request passes: checked before any quota is charged and before the LM runs."""
+    for i, n in enumerate(lengths):
+        if n > max_tokens:
+            raise TooLarge(f"text {i} is {n} tokens long; model-aware scoring reads at most {max_tokens} tokens per "
+                           "text (HERO_MODEL_AWARE_MAX_TOKENS)")
+    total = sum(lengths)
+    if max_request_tokens is not None and total > max_request_tokens:
+        raise TooLarge(f"the texts are {total} tokens long in all; model-aware scoring reads at most "
+                       f"{max_request_tokens} tokens per request (HERO_MODEL_AWARE_MAX_REQUEST_TOKENS)")
+    return total
 
 
 def text_limits(max_texts: int, max_chars: int) -> str:

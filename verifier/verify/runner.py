@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from verifier.cancel import Deadline, running
 from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, make_decoder, token_ids
 from verifier.engine.expected import NotOneValue, expected_results
 from verifier.engine.payload import value_fields
@@ -37,6 +38,7 @@ class DecodeJob:
     device: str = "cpu"
     token_ids: list[list[int]] | None = field(default=None, compare=False)  # tokenized already (the job drain)
     expect: tuple[tuple[int, int], ...] = ()  # (level, value) pairs asked about (`expect`), each <= level
+    cancel: threading.Event | None = field(default=None, compare=False)  # set: stop (the caller left)
 
     def __repr__(self) -> str:  # texts may be sensitive: never log them
         return f"DecodeJob(profile={self.profile.name!r}, texts={len(self.texts)}, level={self.level})"
@@ -119,8 +121,15 @@ class Runner:
             ids = token_ids(self.tokenizers(job.profile.tokenizer), list(job.texts))
         tokenizer = _Tokenized(ids) if ids is not None else self.tokenizers(job.profile.tokenizer)
         decoder = self._decoder(entry, job.profile, job.device, job.alpha)
-        raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, job.device,
-                              decoder, scorer=self.scorer)
+        if self.scorer is None:
+            raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, job.device,
+                                  decoder)
+        else:  # model-aware: the LM's run stops at its deadline, the caller's cancel or the process's shutdown
+            deadline = Deadline(self.scorer.deadline_s, job.cancel, "model-aware scoring",
+                                "HERO_MODEL_AWARE_DEADLINE_SECONDS")
+            with running(deadline):
+                raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer,
+                                      job.device, decoder, scorer=self.scorer.bound(deadline))
         results = [shape(r, job.level) for r in raw]
         if job.expect:
             assert ids is not None

@@ -22,10 +22,17 @@ def deployment_sampling(settings) -> DeploymentSampling:
                               top_p=settings.model_aware_top_p)
 
 
+def model_aware_limits(settings) -> dict:
+    """HERO_MODEL_AWARE_MAX_TOKENS / _BATCH_TOKENS / _DEADLINE_SECONDS as the scorer's cost bounds."""
+    return {"max_tokens": settings.model_aware_max_tokens, "batch_tokens": settings.model_aware_batch_tokens,
+            "deadline_s": settings.model_aware_deadline_seconds}
+
+
 def model_aware_scorer(enabled: bool, device: str = "cpu", sampling: DeploymentSampling | None = None,
                        statistic: str = DEFAULT_STATISTIC,
-                       edit_floors: tuple[float, ...] = DEFAULT_EDIT_FLOORS) -> ModelAwareScorer | None:
-    """The scorer for HERO_MODEL_AWARE (`device` "auto": CUDA when present), None for model-free scoring."""
+                       edit_floors: tuple[float, ...] = DEFAULT_EDIT_FLOORS, **limits) -> ModelAwareScorer | None:
+    """The scorer for HERO_MODEL_AWARE (`device` "auto": CUDA when present), None for model-free scoring;
+    `limits`: its cost bounds (`model_aware_limits`)."""
     if not enabled:
         return None
     if device == "auto":
@@ -33,4 +40,4 @@ def model_aware_scorer(enabled: bool, device: str = "cpu", sampling: DeploymentS
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return ModelAwareScorer(_load, device, weighting=Weighting(statistic, edit_floors=tuple(edit_floors)),
-                            sampling=sampling)
+                            sampling=sampling, **limits)

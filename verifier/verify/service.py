@@ -88,9 +88,9 @@ def _decode_groups(runner: DecodeRunner, requests: Sequence[VerifyRequest]) -> l
     for idxs in groups.values():
         first = requests[idxs[0]].job
         texts = tuple(t for i in idxs for t in requests[i].job.texts)
-        try:
-            raw = runner.decode(DecodeJob(first.profile, texts, first.level, first.alpha, first.device,
-                                          expect=first.expect))
+        try:  # one request: its own job (its cancel event included); several: one job for all
+            raw = runner.decode(first if len(idxs) == 1 else DecodeJob(first.profile, texts, first.level, first.alpha,
+                                                                       first.device, expect=first.expect))
         except Exception as exc:
             if len(idxs) == 1:
                 out[idxs[0]] = exc

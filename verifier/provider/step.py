@@ -39,7 +39,8 @@ from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
 from verifier.engine.generation import make_fused_sampler, new_generator, new_opening
 from verifier.engine.payload import encode_payload
-from verifier.provider.bundle import GenerationBundle, open_bundle
+from verifier.provider.bundle import BundleError, GenerationBundle, open_bundle, service_keys
+from verifier.provider.refresh import token_subject
 
 __all__ = ["EXTRA_KEY", "GREEDY_EPS", "BundleKeys", "RequestSlots", "new_generator", "one_hot_rows", "parse_payload",
            "validate_payload"]
@@ -80,14 +81,23 @@ class BundleKeys:
     service (the file is then only the starting point). Holds paths and the opened bundle, never the raw key."""
 
     def __init__(self, private_key_file: str | Path | None, bundle_file: str | Path | None = None,
-                 url: str | None = None, token_file: str | Path | None = None, refresh_s: float = 60.0) -> None:
+                 url: str | None = None, token_file: str | Path | None = None, refresh_s: float = 60.0, *,
+                 service_key_file: str | Path | None = None, provider_id: str | None = None) -> None:
+        """`service_key_file`: the service's verifier key (`GET /v1/audit/public-key`): only bundles it signed are
+        used. `provider_id`: this provider's registered id (default: the `sub` of the token in `token_file`)."""
         self._source = None
         self._bundle: GenerationBundle | None = None
         if not private_key_file:
             return
+        if not service_key_file:
+            raise BundleError("a bundle needs the service's verifier key (service_key_file) to check its signature")
+        service_key = service_keys(Path(service_key_file))
         private_key = Path(private_key_file).read_bytes()
+        if provider_id is None and token_file is not None:
+            provider_id = token_subject(Path(token_file).read_text().strip())
         if bundle_file and Path(bundle_file).is_file():
-            self._bundle = open_bundle(Path(bundle_file).read_bytes().strip(), private_key)
+            self._bundle = open_bundle(Path(bundle_file).read_bytes().strip(), private_key, service_key=service_key,
+                                       provider_id=provider_id or "")
         if url:
             from verifier.provider.refresh import BundleSource
 
@@ -95,6 +105,7 @@ class BundleKeys:
                 raise ValueError("a bundle URL needs a token file")
             token = Path(token_file)
             self._source = BundleSource(private_key, lambda: token.read_text().strip(), base_url=url,
+                                        service_key=service_key, provider_id=provider_id,
                                         interval_s=float(refresh_s)).start()
         del private_key
 

@@ -10,6 +10,10 @@ Configuration (environment, read by the frontend and the engine processes alike;
   HERO_VLLM_URL           optional: the verifier service; then a `BundleSource` keeps the bundle current (token
                           from the file HERO_VLLM_TOKEN_FILE, poll every HERO_VLLM_REFRESH_S, default 60 s) and
                           the file bundle is only the starting point (it may be absent)
+  HERO_VLLM_SERVICE_KEY   file with the service's verifier key (`GET /v1/audit/public-key`, `hero audit public-key`):
+                          a bundle is used only when its signature checks against it (required with a bundle)
+  HERO_VLLM_PROVIDER_ID   this provider's registered id: a bundle for another id is refused (default: the `sub`
+                          of the token in HERO_VLLM_TOKEN_FILE)
   HERO_VLLM_ENFORCE=1     refuse (at admission, HTTP 400) every request without a payload
 Without a bundle configured the plugin is inert: requests without a payload pass untouched, a request with one
 is refused. A payload is validated against the bundle's profile at admission (`validate_params`).
@@ -61,6 +65,7 @@ __all__ = ["EXTRA_KEY", "HeroLogitsProcessor", "HeroV1LogitsProcessor", "HeroV2L
 ENV_BUNDLE, ENV_KEY, ENV_URL, ENV_TOKEN, ENV_REFRESH, ENV_ENFORCE = (
     "HERO_VLLM_BUNDLE", "HERO_VLLM_PRIVATE_KEY", "HERO_VLLM_URL", "HERO_VLLM_TOKEN_FILE", "HERO_VLLM_REFRESH_S",
     "HERO_VLLM_ENFORCE")
+ENV_SERVICE_KEY, ENV_PROVIDER_ID = "HERO_VLLM_SERVICE_KEY", "HERO_VLLM_PROVIDER_ID"
 
 
 def enforced() -> bool:
@@ -79,7 +84,9 @@ def keys() -> BundleKeys:
     with _KEYS_LOCK:
         if _KEYS is None:
             _KEYS = BundleKeys(os.environ.get(ENV_KEY), os.environ.get(ENV_BUNDLE), os.environ.get(ENV_URL),
-                               os.environ.get(ENV_TOKEN), float(os.environ.get(ENV_REFRESH, "60")))
+                               os.environ.get(ENV_TOKEN), float(os.environ.get(ENV_REFRESH, "60")),
+                               service_key_file=os.environ.get(ENV_SERVICE_KEY),
+                               provider_id=os.environ.get(ENV_PROVIDER_ID) or None)
         return _KEYS
 
 

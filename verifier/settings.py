@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from verifier.resources import hero_home, project_root
 
@@ -46,7 +47,15 @@ class Settings(BaseSettings):
     jwt_audience: str = "hero-verifier"
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=60)
     jwt_max_ttl_seconds: int = Field(default=86400, ge=60)
-    jwt_role_claim: str = "role"
+    # The claim naming the caller's role: a top-level name, else a dotted path into nested objects
+    # (`realm_access.roles`); its value a string or a list of strings. HERO_ROLE_MAP (JSON object) maps the IdP's
+    # values to HeRo roles (`{"hero-auditors": "auditor"}`): when set, only mapped values count (none: 403).
+    jwt_role_claim: str = Field(default="role", min_length=1, max_length=256)
+    role_map: dict[str, str] = Field(default_factory=dict)
+    # OpenID Connect issuers (HERO_OIDC_ISSUER: one URL, several comma-separated, or a JSON list): each one's keys
+    # come from its discovery document's `jwks_uri`, refreshed like HERO_JWKS_URL; a token is checked with the keys
+    # of the issuer it names, and only these issuers and HERO_JWT_ISSUER are accepted (docs/operations.md).
+    oidc_issuer: Annotated[list[str], NoDecode] = Field(default_factory=list)
     roles_file: Path = REPO_ROOT / "policies" / "roles.yaml"
     dev_mode: bool = False
     bundle_ttl_seconds: int = Field(default=86400, ge=60, le=30 * 86400)  # generation-key bundles (providers)
@@ -146,6 +155,31 @@ class Settings(BaseSettings):
     def _floors(cls, v: tuple[float, ...]) -> tuple[float, ...]:
         if not all(0.0 < f < 1.0 for f in v):
             raise ValueError("every edit floor must be in (0, 1)")
+        return v
+
+    @field_validator("oidc_issuer", mode="before")
+    @classmethod
+    def _issuers(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = json.loads(v) if v.strip().startswith("[") else [p for p in v.split(",") if p.strip()]
+        if isinstance(v, list):
+            for url in v:
+                from urllib.parse import urlsplit
+
+                u = urlsplit(str(url).strip())
+                loopback = u.hostname in ("localhost", "127.0.0.1", "::1")
+                if not u.hostname or u.query or u.fragment or not (u.scheme == "https" or
+                                                                     (u.scheme == "http" and loopback)):
+                    raise ValueError("an OIDC issuer is an https:// URL without query or fragment (http only on "
+                                     "loopback)")
+            return [str(url).strip() for url in v]
+        return v
+
+    @field_validator("role_map", mode="after")
+    @classmethod
+    def _role_map(cls, v: dict[str, str]) -> dict[str, str]:
+        if any(not k or not r or len(k) > 256 or len(r) > 64 for k, r in v.items()):
+            raise ValueError("HERO_ROLE_MAP maps non-empty IdP role names to non-empty HeRo role names")
         return v
 
     @model_validator(mode="after")

@@ -16,7 +16,8 @@ from verifier.auth.jwt import AuthError, Claims
 from verifier.auth.principal import Principal
 from verifier.errors import Forbidden, Unauthorized, clip
 
-bearer = HTTPBearer(auto_error=False, description="JWT signed with an EdDSA or ES256 key from the trusted key set")
+bearer = HTTPBearer(auto_error=False, description="JWT signed with an EdDSA, ES256, ES384, RS256 or PS256 key from "
+                   "the trusted key set (HERO_JWKS_FILE / HERO_JWKS_URL / HERO_OIDC_ISSUER)")
 
 
 async def current_principal(
@@ -40,9 +41,11 @@ async def current_principal(
 
 
 def principal_for(ctx: ServiceContext, claims: Claims) -> Principal:
-    """The caller a verified token names, under the server policy (403 for a role it does not know)."""
-    ceiling = ctx.policy.grant(claims.role, ctx.profile)  # 403 for a role the policy does not know
-    role = ctx.policy.roles[claims.role]
+    """The caller a verified token names, under the server policy (403 for a role it does not know, for none
+    mapped, and for several unless the policy picks the highest)."""
+    name = ctx.policy.resolve(claims.roles)
+    ceiling = ctx.policy.grant(name, ctx.profile)  # 403 for a role the policy does not know
+    role = ctx.policy.roles[name]
     iss = claims.raw.get("iss")
     return Principal(claims.sub, role.name, claims.jti, ceiling.level, role.actions,
                      iss if isinstance(iss, str) else "")

@@ -1,12 +1,22 @@
-"""Bearer-token verification: EdDSA (Ed25519) or ES256 (P-256) keys only, chosen by `kid`.
+"""Bearer-token verification: EdDSA (Ed25519), ES256 (P-256), ES384 (P-384), RS256 or PS256 (RSA >= 2048 bits)
+keys, chosen by `kid`.
 
-Each trusted key carries exactly one algorithm; a token whose header `alg` differs from its key's is
-rejected before any signature check, so `none` and HS* (e.g. HMAC keyed with the public key) can never
-be accepted. Required claims: exp, iat, iss, aud, sub, jti; leeway <= 60 s; lifetime <= max TTL.
+Each trusted key carries exactly one algorithm (an RSA key: its JWK's `alg`, RS256 when absent, as Entra ID
+publishes them); a token whose header `alg` differs from its key's is rejected before any signature check, so
+`none` and HS* (e.g. HMAC keyed with the public key) can never be accepted. Required claims: exp, iat, iss, aud,
+sub, jti (an OIDC issuer's token without `jti`, e.g. Entra's or Google's, gets one derived from the token's
+SHA-256); leeway <= 60 s; lifetime <= max TTL.
 Key sources: a JWKS file (HERO_JWKS_FILE, reloaded when it changes), a JWKS URL (HERO_JWKS_URL,
-fetched with httpx by a background thread, cached, with backoff), and the dev key in dev mode. A bad
-key is skipped and logged; a bad or unreachable set keeps the last good one; nothing here ever turns a
-request into a 500 or stops start-up.
+fetched with httpx by a background thread, cached, with backoff), and the dev key in dev mode, all for the
+issuer HERO_JWT_ISSUER; and per OpenID Connect issuer (HERO_OIDC_ISSUER, several allowed) the keys of its
+discovery document's `jwks_uri` (discovery and JWKS fetched together, cached and backed off as the JWKS URL). A
+token is checked only with the keys of the issuer its `iss` names: one issuer's key never vouches for another's
+tokens. A bad key is skipped and logged; a bad or unreachable set keeps the last good one; nothing here ever turns
+a request into a 500 or stops start-up.
+
+Roles: HERO_JWT_ROLE_CLAIM is a top-level claim name, else a dotted path (`realm_access.roles`); its value a
+string or a list of strings, mapped to HeRo roles by HERO_ROLE_MAP when set. `Claims.roles` holds every HeRo role
+found; the server policy decides what several of them mean (`Policy.resolve`).
 """
 
 from __future__ import annotations
@@ -18,9 +28,10 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
@@ -37,7 +48,11 @@ FETCH_TIMEOUT_SECONDS = 5.0
 BACKOFF_BASE_SECONDS = 2.0
 BACKOFF_MAX_SECONDS = 300.0
 FETCH_WAITERS_MAX = 4  # requests that may wait at once for a fetch in flight (the others answer without waiting)
-_ALLOWED = {("OKP", "Ed25519"): "EdDSA", ("EC", "P-256"): "ES256"}
+_ALLOWED = {("OKP", "Ed25519"): "EdDSA", ("EC", "P-256"): "ES256", ("EC", "P-384"): "ES384"}
+RSA_ALGS = ("RS256", "PS256")  # an RSA key's JWK names one of these (RS256 when it names none)
+RSA_MIN_BITS = 2048
+MAX_ROLE_VALUES = 64  # a role claim holding more values than this is refused (401)
+DISCOVERY_PATH = "/.well-known/openid-configuration"
 
 
 class AuthError(Exception):
@@ -59,9 +74,14 @@ class TrustedKey:
 @dataclass(frozen=True)
 class Claims:
     sub: str
-    role: str
+    role: str  # the one HeRo role when the token maps to exactly one, else "" (see `roles`)
     jti: str
     raw: dict[str, Any]
+    roles: tuple[str, ...] = field(default=())  # every HeRo role the token maps to (policy.resolve picks or refuses)
+
+    def __post_init__(self) -> None:
+        if not self.roles and self.role:
+            object.__setattr__(self, "roles", (self.role,))
 
 
 def _parse_key(jwk: Any, i: int, source: str) -> TrustedKey:
@@ -72,9 +92,15 @@ def _parse_key(jwk: Any, i: int, source: str) -> TrustedKey:
         raise JwksError(f"{source}: key {i} has no 'kid'")
     if "d" in jwk:
         raise JwksError(f"{source}: key {kid!r} contains private material; publish public keys only")
-    alg = _ALLOWED.get((jwk.get("kty"), jwk.get("crv")))
+    if jwk.get("kty") == "RSA":
+        alg = jwk.get("alg", "RS256")
+        if alg not in RSA_ALGS:
+            raise JwksError(f"{source}: key {kid!r}: an RSA key must be RS256 or PS256, not {str(alg)[:16]!r}")
+    else:
+        alg = _ALLOWED.get((jwk.get("kty"), jwk.get("crv")))
     if alg is None:
-        raise JwksError(f"{source}: key {kid!r}: only Ed25519 (EdDSA) and P-256 (ES256) keys are accepted")
+        raise JwksError(f"{source}: key {kid!r}: only Ed25519 (EdDSA), P-256 (ES256), P-384 (ES384) and RSA "
+                        "(RS256, PS256) keys are accepted")
     if jwk.get("alg", alg) != alg:
         raise JwksError(f"{source}: key {kid!r}: alg {jwk.get('alg')!r} does not match its key type ({alg})")
     if jwk.get("use", "sig") != "sig":
@@ -83,6 +109,8 @@ def _parse_key(jwk: Any, i: int, source: str) -> TrustedKey:
         key = jwt.PyJWK(dict(jwk, alg=alg)).key
     except Exception as exc:  # InvalidKeyError, PyJWKError, ValueError...: any malformed key
         raise JwksError(f"{source}: key {kid!r} is malformed ({exc.__class__.__name__})") from None
+    if alg in RSA_ALGS and getattr(key, "key_size", 0) < RSA_MIN_BITS:
+        raise JwksError(f"{source}: key {kid!r}: RSA keys need at least {RSA_MIN_BITS} bits")
     return TrustedKey(kid, alg, key, source)
 
 
@@ -120,6 +148,43 @@ def _http_fetch(url: str) -> Any:
     return resp.json()
 
 
+def _same_origin_rules(issuer: str, url: str) -> bool:
+    """A `jwks_uri` is https, or http only when the issuer itself is an http loopback (a local test IdP)."""
+    u, i = urlsplit(url), urlsplit(issuer)
+    if u.scheme == "https" and u.hostname:
+        return True
+    return u.scheme == "http" and i.scheme == "http" and u.hostname == i.hostname and \
+        i.hostname in ("localhost", "127.0.0.1", "::1")
+
+
+def oidc_jwks_fetcher(fetch: Callable[[str], Any] = _http_fetch) -> Callable[[str], Any]:
+    """issuer -> its JWKS: the discovery document `<issuer>/.well-known/openid-configuration` (whose `issuer` must
+    be exactly the configured one, OIDC Discovery 4.3), then its `jwks_uri`. Both are fetched on every refresh of
+    the set, so a moved `jwks_uri` is followed as a rotated key is."""
+
+    def fetch_issuer(issuer: str) -> Any:
+        doc = fetch(issuer.rstrip("/") + DISCOVERY_PATH)
+        if not isinstance(doc, dict) or doc.get("issuer") != issuer:
+            raise JwksError("OIDC discovery document names another issuer")
+        uri = doc.get("jwks_uri")
+        if not isinstance(uri, str) or not _same_origin_rules(issuer, uri):
+            raise JwksError("OIDC discovery document has no usable https jwks_uri")
+        return fetch(uri)
+
+    return fetch_issuer
+
+
+@dataclass(frozen=True)
+class _IssuerSettings:
+    """What a KeySource reads, for one OIDC issuer: its keys come from discovery, never a file or the dev key."""
+
+    jwks_url: str
+    jwks_cache_seconds: int
+    jwks_wait_seconds: float
+    jwks_file: None = None
+    dev_mode: bool = False
+
+
 class KeySource:
     """Thread-safe view over the configured key sources.
 
@@ -153,7 +218,7 @@ class KeySource:
             self._reload_file()
         if settings.jwks_url:
             self._start_fetch(time.monotonic())
-        if not (settings.jwks_file or settings.jwks_url or settings.dev_mode):
+        if not (settings.jwks_file or settings.jwks_url or settings.dev_mode or getattr(settings, "oidc_issuer", ())):
             log.warning("no JWT keys configured (HERO_JWKS_FILE / HERO_JWKS_URL / HERO_DEV_MODE): every request is 401")
 
     # -- file ------------------------------------------------------------------------------------
@@ -255,6 +320,15 @@ class KeySource:
         fresh = self._url_fetched and time.monotonic() - self._url_fetched <= self.settings.jwks_cache_seconds
         return self._url_keys.get(kid) if fresh else None
 
+    def sole(self, alg: str) -> TrustedKey | None:
+        """The set's one key of `alg`, or None when it has none or several (a token without `kid`: some IdPs sign
+        with a single key and name none; with two candidates nothing is guessed)."""
+        if self.settings.jwks_url:
+            self._from_url("\x00")  # no such kid: refreshes a stale or never-fetched set (bounded wait)
+        found = [k for k in (*self._dev_keys.values(), *self._file_keys.values(), *self._url_keys.values())
+                 if k.alg == alg]
+        return found[0] if len(found) == 1 else None
+
     def get(self, kid: str) -> TrustedKey | None:
         key = self._local(kid)
         if key is None and self.settings.jwks_url:
@@ -267,6 +341,32 @@ class _Verified:
     claims: Claims
     key: TrustedKey  # the key that checked the signature: the entry holds only while it is still trusted
     exp: float
+    keys: KeySource  # the source (HERO_JWT_ISSUER's, or one OIDC issuer's) that trusted it
+
+
+def claim_at(claims: dict[str, Any], path: str) -> Any:
+    """The claim `path`: a top-level name as is (`https://example.com/roles` keeps its dots), else a dotted path
+    into nested objects (`realm_access.roles`); None when absent."""
+    if path in claims:
+        return claims[path]
+    cur: Any = claims
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def mapped_roles(value: Any, claim: str, role_map: dict[str, str]) -> tuple[str, ...]:
+    """The HeRo roles a role claim names: its string or list of strings, through `role_map` when one is set (only
+    mapped values count; unmapped ones are ignored), in first-seen order, each once. Raises AuthError (401) on a
+    missing or malformed claim; an empty result (nothing mapped) is the policy's to refuse (403)."""
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or len(values) > MAX_ROLE_VALUES or \
+            not all(isinstance(v, str) and v and len(v) <= 256 for v in values):
+        raise AuthError(f"token lacks a {claim[:64]!r} claim (a role string or a list of them)")
+    roles = [role_map[v] for v in values if v in role_map] if role_map else values
+    return tuple(dict.fromkeys(roles))
 
 
 class TokenVerifier:
@@ -280,9 +380,15 @@ class TokenVerifier:
     """
 
     def __init__(self, settings, keys: KeySource | None = None, *, cache_max: int = VERIFIED_CACHE_MAX,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, fetch: Callable[[str], Any] | None = None) -> None:
         self.settings = settings
         self.keys = keys or KeySource(settings)
+        # one key source per OIDC issuer: discovery -> jwks_uri, cached and refreshed as HERO_JWKS_URL is
+        self.issuers: dict[str, KeySource] = {
+            iss: KeySource(_IssuerSettings(iss, settings.jwks_cache_seconds, settings.jwks_wait_seconds),
+                           fetch=oidc_jwks_fetcher(fetch or _http_fetch))
+            for iss in getattr(settings, "oidc_issuer", ())
+        }
         self.cache_max = cache_max
         self.clock = clock
         self._verified: dict[bytes, _Verified] = {}
@@ -303,16 +409,16 @@ class TokenVerifier:
         hit = self._verified.get(digest)
         if hit is None:
             return None
-        if hit.exp <= self.clock() - self._leeway() or self.keys.peek(hit.key.kid) is not hit.key:
+        if hit.exp <= self.clock() - self._leeway() or hit.keys.peek(hit.key.kid) is not hit.key:
             with self._lock:
                 self._verified.pop(digest, None)
             return None
         return hit.claims
 
-    def _remember(self, token: str, claims: Claims, key: TrustedKey) -> None:
+    def _remember(self, token: str, claims: Claims, key: TrustedKey, keys: KeySource) -> None:
         if self.cache_max <= 0:
             return
-        entry = _Verified(claims, key, float(claims.raw["exp"]))
+        entry = _Verified(claims, key, float(claims.raw["exp"]), keys)
         with self._lock:
             if len(self._verified) >= self.cache_max:
                 now = self.clock() - self._leeway()
@@ -325,23 +431,33 @@ class TokenVerifier:
         hit = self.cached(token)
         if hit is not None:
             return hit
-        claims, key = self._verify(token)
-        self._remember(token, claims, key)
+        claims, key, keys = self._verify(token)
+        self._remember(token, claims, key, keys)
         return claims
 
-    def _verify(self, token: str) -> tuple[Claims, TrustedKey]:
+    def _verify(self, token: str) -> tuple[Claims, TrustedKey, KeySource]:
         s = self.settings
         if not token or len(token) > MAX_TOKEN_BYTES:
             raise AuthError("malformed token")
         try:
             header = jwt.get_unverified_header(token)
+            named = jwt.decode(token, options={"verify_signature": False}).get("iss")
         except jwt.PyJWTError:
             raise AuthError("malformed token") from None
         kid = header.get("kid")
-        if not isinstance(kid, str) or not kid:
+        # the issuer the token names picks the only keys that may vouch for it (unverified until the signature is)
+        oidc = isinstance(named, str) and named in self.issuers
+        if not oidc and named != s.jwt_issuer:
+            raise AuthError("token issuer not accepted")
+        source = self.issuers[named] if oidc else self.keys
+        issuer = named if oidc else s.jwt_issuer
+        required = [c for c in REQUIRED_CLAIMS if not (oidc and c == "jti")]
+        if kid is None and oidc and isinstance(header.get("alg"), str):
+            kid = ""  # an OIDC issuer's token without kid: its issuer's single key of that alg, if it has one
+        elif not isinstance(kid, str) or not kid:
             raise AuthError("token has no key id (kid)")
         try:
-            key = self.keys.get(kid)
+            key = source.get(kid) if kid else source.sole(header["alg"])
         except Exception as exc:  # a key source must never turn a request into a 500
             log.error("key lookup failed", extra={"error": exc.__class__.__name__})
             key = None
@@ -355,9 +471,9 @@ class TokenVerifier:
                 key.key,
                 algorithms=[key.alg],
                 audience=s.jwt_audience,
-                issuer=s.jwt_issuer,
+                issuer=issuer,
                 leeway=self._leeway(),
-                options={"require": list(REQUIRED_CLAIMS), "verify_signature": True, "strict_aud": False},
+                options={"require": required, "verify_signature": True, "strict_aud": False},
             )
         except jwt.ExpiredSignatureError:
             raise AuthError("token expired") from None
@@ -381,10 +497,12 @@ class TokenVerifier:
             raise AuthError("invalid token")
         if exp - iat > s.jwt_max_ttl_seconds:
             raise AuthError("token lifetime exceeds the allowed maximum")
-        sub, jti, role = claims.get("sub"), claims.get("jti"), claims.get(s.jwt_role_claim)
+        sub, jti = claims.get("sub"), claims.get("jti")
+        if oidc and "jti" not in claims:  # Entra (`uti`), Google: no jti; the token's own digest names it
+            jti = "sha256:" + hashlib.sha256(token.encode()).hexdigest()[:32]
         for name, value in (("sub", sub), ("jti", jti)):
             if not isinstance(value, str) or not value or len(value) > 256:
                 raise AuthError(f"token claim {name!r} must be a non-empty string")
-        if not isinstance(role, str) or not role:
-            raise AuthError(f"token lacks a {s.jwt_role_claim!r} claim")
-        return Claims(sub=sub, role=role, jti=jti, raw=claims), key  # type: ignore[arg-type]
+        roles = mapped_roles(claim_at(claims, s.jwt_role_claim), s.jwt_role_claim, getattr(s, "role_map", {}) or {})
+        return (Claims(sub=sub, role=roles[0] if len(roles) == 1 else "", jti=jti, raw=claims,  # type: ignore[arg-type]
+                       roles=roles), key, source)

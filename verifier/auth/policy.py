@@ -55,12 +55,33 @@ OPERATOR = Role("cli", None, frozenset())
 """`hero decode --local`: the operator of the key store's machine, who may ask for every level of the profile."""
 
 
+MULTIPLE_ROLES = ("refuse", "highest")
+
+
 @dataclass(frozen=True)
 class Policy:
     roles: dict[str, Role]
+    # A token that maps to several HeRo roles (an IdP group list): `refuse` (403, the default) or `highest`: the
+    # first of them in `role_order` (roles.yaml, highest first) acts.
+    multiple_roles: str = "refuse"
+    role_order: tuple[str, ...] = ()
 
     def role(self, name: str) -> Role | None:
         return self.roles.get(name)
+
+    def resolve(self, roles: tuple[str, ...] | list[str]) -> str:
+        """The one role a token acts as. None mapped: 403; several: 403 unless the policy names the highest."""
+        if not roles:
+            raise Forbidden("the token carries no role this service maps (HERO_JWT_ROLE_CLAIM, HERO_ROLE_MAP)")
+        if len(roles) == 1:
+            return roles[0]
+        if self.multiple_roles == "highest":
+            ranked = [r for r in self.role_order if r in roles]
+            if ranked:
+                return ranked[0]
+        names = ", ".join(r[:64] for r in list(roles)[:8])
+        raise Forbidden(f"the token maps to several roles ({names}) and the server policy does not choose between "
+                        "them (roles.yaml multiple_roles: refuse): use a token with one HeRo role")
 
     def grant(self, role: str, profile: Profile, requested: int | None = None) -> Grant:
         """The one level decision for a request or a job (403 for a role the policy does not know)."""
@@ -107,4 +128,13 @@ def load_policy(path: Path) -> Policy:
         if unknown:
             raise PolicyError(f"{path}: role {name!r}: unknown actions {sorted(unknown)}")
         roles[name] = Role(name, max_level, frozenset(actions), _limits(path, name, spec.get("limits")))
-    return Policy(roles)
+    multiple = data.get("multiple_roles", "refuse")
+    if multiple not in MULTIPLE_ROLES:
+        raise PolicyError(f"{path}: multiple_roles must be one of {list(MULTIPLE_ROLES)}")
+    order = data.get("role_order", [])
+    if not isinstance(order, list) or not all(isinstance(r, str) for r in order) or len(set(order)) != len(order) \
+            or set(order) - set(roles):
+        raise PolicyError(f"{path}: role_order must list roles of this file, each once")
+    if multiple == "highest" and set(order) != set(roles):
+        raise PolicyError(f"{path}: multiple_roles: highest needs role_order to rank every role (highest first)")
+    return Policy(roles, multiple, tuple(order))

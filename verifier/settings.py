@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     job_stale_seconds: float = Field(default=120.0, gt=0)  # re-enqueue a job untouched for this long
     job_recover_interval_seconds: float = Field(default=30.0, gt=0)
     job_max_attempts: int = Field(default=5, ge=1)
+    # Finished jobs (and their sealed results) are purged this long after they ended, each purge an audit event
+    # (`jobs.purge`; verifier/jobs/retention.py); 0 keeps them forever
+    job_retention_seconds: float = Field(default=30 * 86400.0, ge=0)
     # A job becomes min(its batches, this) drain messages, so every free worker takes part (each claims batches
     # under SKIP LOCKED; an item is still stored and audited once)
     job_fanout_max: int = Field(default=16, ge=1, le=1024)

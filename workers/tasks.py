@@ -46,5 +46,6 @@ def _start_metrics(**_kw) -> None:
 def _start_recovery(**_kw) -> None:
     parts = partial(fanout, batch_size=settings.job_batch_size, most=settings.job_fanout_max)
     loop = partial(recovery_loop, open_database(settings), settings.job_stale_seconds,
-                   settings.job_recover_interval_seconds, partial(send_drain, app), _stop, parts)
+                   settings.job_recover_interval_seconds, partial(send_drain, app), _stop, parts,
+                   settings.job_retention_seconds)
     threading.Thread(target=loop, name="hero-recover", daemon=True).start()

@@ -23,6 +23,7 @@ from verifier.auth.principal import Principal
 from verifier.errors import Conflict, InvalidInput, NotFound
 from verifier.jobs import service as jobs
 from verifier.jobs.dispatch import fanout
+from verifier.jobs.retention import maybe_purge
 from verifier.jobs.schemas import IndexedResult, JobAccepted, JobIn, JobListOut, JobOut, JobResultsPage
 from verifier.metrics import JOB_TEXTS, JOBS
 
@@ -80,6 +81,7 @@ def _replay(ctx: ServiceContext, p: Principal, key: str, digest: str, response: 
 
 def _queue(ctx: ServiceContext, p: Principal, level: int, texts: list[str], response: Response,
            key: str | None = None, digest: str | None = None) -> dict:
+    maybe_purge(ctx.db, ctx.settings.job_retention_seconds)  # at most once a minute: jobs past their retention
     try:
         job_id = jobs.create_job(
             ctx.db, ctx.store.kek, owner_sub=p.sub, owner_iss=p.iss, role=p.role, jti=p.jti,

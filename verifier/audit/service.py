@@ -58,7 +58,7 @@ class Actor:
 # test_console_api.py checks that every action named where events are made is here).
 AUDIT_ACTIONS = ("verify", "verify.refused", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate",
                  "keys.disable", "keys.enable", "keys.destroy", "keys.move_profile", "keys.bundle", "kek.rotate",
-                 "providers.add", "providers.revoke", "generate")
+                 "providers.add", "providers.revoke", "generate", "jobs.purge")
 
 
 @dataclass

@@ -7,6 +7,7 @@ import threading
 
 from verifier.db import Database
 from verifier.jobs import service as jobs
+from verifier.jobs.retention import maybe_purge
 
 log = logging.getLogger("hero.worker")
 
@@ -27,10 +28,13 @@ def recover_once(db: Database, stale_s: float, submit, parts=None) -> list[str]:
 
 
 def recovery_loop(db: Database, stale_s: float, interval_s: float, submit, stop: threading.Event,
-                  parts=None) -> None:
+                  parts=None, retention_s: float = 0.0) -> None:
+    """Re-enqueues stale jobs every `interval_s`; with `retention_s`, also purges finished jobs past it."""
     while not stop.is_set():
         try:
             recover_once(db, stale_s, submit, parts)
+            if retention_s:
+                maybe_purge(db, retention_s)
         except Exception as exc:  # broker or DB down: try again next round
             log.warning("job recovery failed", extra={"error": exc.__class__.__name__})
         stop.wait(interval_s)

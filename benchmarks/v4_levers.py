@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from scipy import special
 
+from verifier.engine import weighted
+
 V = 49152
 H = 3
 OPENING_NATS, OPENING_CAP = 8.0, 24
@@ -156,6 +158,7 @@ def simulate(rows, schedule: tuple[int, ...], stride: int, reps: int, rng: np.ra
     T = len(rows[0])
     L = len(schedule) + 1
     ev = np.zeros((len(rows), reps, T, L))
+    qin = np.ones((len(rows), reps, T))  # the chosen token's probability inside its level-1 chunk
     whole = np.zeros((len(rows), reps, T))
     fresh = np.zeros((len(rows), reps, T), dtype=bool)
     for b, text in enumerate(rows):
@@ -184,12 +187,13 @@ def simulate(rows, schedule: tuple[int, ...], stride: int, reps: int, rng: np.ra
                     mass_parent = mass_parent * w
                     off, size = off + start, sz
                 q = p[j] / mass_parent
+                qin[b, r, t] = q
                 ev[b, r, t, L - 1] = -math.log1p(-rng.random() ** q)
                 whole[b, r, t] = -math.log1p(-rng.random() ** p[j])
     noise = rng.exponential(size=ev.shape)
     ev = np.where(fresh[..., None], noise, ev)
     whole = np.where(fresh, rng.exponential(size=whole.shape), whole)
-    return ev, whole, fresh
+    return ev, whole, fresh, qin
 
 
 def detect(ev: np.ndarray, n_tok: int, values: int, starts: tuple[int, ...] = (0,),
@@ -226,8 +230,9 @@ def rate(mask: np.ndarray) -> dict:
 
 
 def analyse(args: argparse.Namespace) -> None:
-    data = torch.load(args.analyse, weights_only=False)
-    rows = data["rows"]
+    parts = [torch.load(path, weights_only=False) for path in args.analyse]
+    data = parts[0]
+    rows = [r for d in parts for r in d["rows"]]
     rng = np.random.default_rng(args.seed)
     T = len(rows[0])
     n50, n100 = min(50, T), min(100, T)
@@ -245,7 +250,7 @@ def analyse(args: argparse.Namespace) -> None:
                 continue
             stride = k1 if layout == "interleaved" else 0
             t0 = time.time()
-            ev, whole, fresh = simulate(rows, (k1,), stride, args.reps, rng)
+            ev, whole, fresh, qin = simulate(rows, (k1,), stride, args.reps, rng)
             cache[(k1, layout)] = (ev, whole, fresh)
             lvl1, lvl2 = ev[..., 0], ev[..., 1]
             marked = ~fresh
@@ -273,7 +278,19 @@ def analyse(args: argparse.Namespace) -> None:
             cell["user100_exact"] = rate(detect(lvl2, n100, 4096, alpha=ALPHA))
             cell["user100_exact_scan4"] = rate(detect(lvl2, n100, 4096, starts4, alpha=ALPHA))
             if T >= 200:
-                cell["user200_exact_scan4"] = rate(detect(lvl2, 200, 4096, starts4, alpha=ALPHA))
+                cell["user200_exact"] = rate(detect(lvl2, 200, 4096, alpha=ALPHA))
+                cell["model200_N4"] = rate(detect(lvl1, 200, 4, alpha=ALPHA))
+                cell["model200_N256"] = rate(detect(lvl1, 200, 256, alpha=ALPHA))
+            cell["model50_N4"] = rate(detect(lvl1, n50, 4, alpha=ALPHA))
+            cell["model100_N4"] = rate(detect(lvl1, n100, 4, alpha=ALPHA))
+            # model-aware user, generator weights (the generator's own in-chunk probabilities: an upper bound on
+            # a re-run without the prompt), linear statistic of spec 16.1 with clip 4
+            for n_tok in (100, 200) if T >= 200 else (100,):
+                w = np.minimum(weighted.optimal_weight(qin[:, :, H:n_tok]), 4.0)
+                x = (w * lvl2[:, :, H:n_tok]).sum(-1)
+                lp = weighted.weighted_log_sf(w.reshape(-1, w.shape[-1]), x.reshape(-1)).reshape(x.shape)
+                lp = lp + math.log(4096)
+                cell[f"user{n_tok}_exact_model_aware_upper"] = rate(lp <= math.log(ALPHA))
             cells[f"K1={k1},{layout}"] = cell
             print(f"K1={k1} {layout} ({time.time() - t0:.0f}s):", json.dumps(cell), flush=True)
     out["cells"] = cells
@@ -289,7 +306,7 @@ def analyse(args: argparse.Namespace) -> None:
     # level inside it (K_m sub-chunks, 256 values), then the user
     vi = {}
     for kd, km in ((80, 16), (160, 8), (320, 4)):
-        ev, _, fresh = simulate(rows, (kd, km), 0, args.reps, rng)
+        ev, _, fresh, _ = simulate(rows, (kd, km), 0, args.reps, rng)
         vi[f"Kd={kd},Km={km}"] = {
             "detect50_N1_scan4": rate(detect(ev[..., 0], n50, 1, starts4)),
             "model50_N256_scan4": rate(detect(ev[..., 1], n50, 256, starts4, alpha=ALPHA)),
@@ -307,7 +324,7 @@ def analyse(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--record")
-    ap.add_argument("--analyse")
+    ap.add_argument("--analyse", nargs="+", help="one or more recordings (their texts pooled)")
     ap.add_argument("--json")
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--tokens", type=int, default=100)

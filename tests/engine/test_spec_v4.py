@@ -198,6 +198,8 @@ def test_profile_rules_for_issued_values():
     assert shipped.spec_version == 4 and shipped.levels[0].issued == (0, 1, 2, 3)
     assert shipped.schedule == (80,) and shipped.context_width == 3 and shipped.routing == "contiguous"
     assert {f.name: f.bits for lv in shipped.levels for f in lv.fields} == {"model": 8, "user": 12}
+    inter = resolve_profile("v4-interleaved")  # the moderator-first option of section 18.2
+    assert inter.routing_stride == 80 and inter.levels == shipped.levels and inter.spec_version == 4
 
 
 def test_generation_refuses_a_value_not_issued():

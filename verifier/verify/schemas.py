@@ -102,13 +102,18 @@ class LevelOut(BaseModel):
     )
     p_value: float = Field(
         description="this level's own p-value: probability of evidence at least this strong in text without "
-        "the watermark, corrected for the candidate values and the key versions tried",
+        "the watermark, corrected for the candidate values (`searched`) and the key versions tried",
+    )
+    searched: int | None = Field(
+        default=None, description="how many values this level's search covered, the count its p-value is corrected "
+        "for: a spec v4 level's issued values (e.g. the deployment's 4 model ids), else every value of a per-value "
+        "level (2^bits), or 2^b per segment of a segmented level",
     )
     status: str = Field(
         description="decoded (one value supported) | detected (this level's own evidence is significant but no "
         "single value meets the release rule, or the text is not called watermarked: value withheld, fields null, "
-        "see `reason`) | absent (no evidence "
-        "for this level: fields null) | mixed "
+        "see `reason`) | absent (not significant: this level's p-value misses alpha, which is not a finding that "
+        "the level is unmarked; `reason` gives the p-value; fields null) | mixed "
         "(two or more values each significant: see `candidates`; fields null) | undecodable (keys gone or "
         "nothing scored: see `reason`)"
     )
@@ -142,8 +147,9 @@ class ResultOut(BaseModel):
     )
     flags: list[str] = Field(
         default_factory=list,
-        description="warnings on the whole result: `inconsistent-levels` (level 1 decoded, a deeper level held "
-        "by this caller absent), `mixed-sources` (some level is mixed)",
+        description="warnings on the whole result: `inconsistent-levels` (level 1 decoded while a deeper level held "
+        "by this caller shows no sign of its mark: absent with p >= 0.01 over >= 100 scored tokens; a level merely "
+        "short of alpha is not flagged), `mixed-sources` (some level is mixed)",
     )
     spec_version: int | None = Field(default=None, description="watermark spec version of the profile used")
     scoring: Literal["model-free", "model-aware"] = Field(

@@ -74,12 +74,13 @@
   const STATUS_WORDS = {
     decoded: "decoded: this level's own evidence supports one value",
     detected: "detected: this level's own evidence is significant, but its value is withheld (see the reason)",
-    absent: "absent: no evidence for this level",
+    absent: "absent: not significant (this level's p-value misses the threshold; see the reason)",
     mixed: "mixed: two or more values are each supported (e.g. text from several sources)",
     undecodable: "undecodable",
   };
   const FLAG_WORDS = {
-    "inconsistent-levels": "level 1 decoded but a deeper level you hold is absent",
+    "inconsistent-levels": "level 1 decoded but a deeper level you hold shows no sign of its mark (p >= 0.01 " +
+      "over 100 or more tokens): made with level-1 keys only, or heavily edited",
     "mixed-sources": "some level carries more than one value",
   };
   function fieldsText(fields) {

@@ -11,6 +11,8 @@ import pytest
 from tests.helpers.service import service_factory
 from tests.helpers.workers import JobService, make_texts
 
+pytestmark = pytest.mark.slow  # a service, keys and a drained job per test
+
 
 @pytest.fixture
 def make_jobs(hero_home) -> Iterator[Callable[..., JobService]]:

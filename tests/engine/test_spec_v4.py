@@ -322,3 +322,36 @@ def test_v4_sampler_is_unbiased_per_step_over_keys():
                 acc, b = 0.0, b + 1
         obs, exp = np.bincount(bins, weights=counts), np.bincount(bins, weights=probs) * n
         assert sps.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3, step
+
+
+# --- results that read right (every spec version) -------------------------------------------------------------
+
+def _level(level: int, status: str, p: float, tokens: int):
+    from verifier.engine.verdicts import LevelResult
+
+    return LevelResult(level=level, key_version=None, fields={"f": None}, confidence=0.0, p_value=p,
+                       log10_p_value=math.log10(p), bit_confidence=[], segment_tokens=[tokens], undecoded_segments=[],
+                       versions_tried=1, status=status)
+
+
+@pytest.mark.parametrize(("p2", "tokens", "flagged"), [
+    (5e-3, 150, False),  # a genuine top-k/p text whose level 2 is merely short of alpha: normal, no warning
+    (0.009, 400, False),
+    (0.3, 150, True),  # no sign of the deeper level's mark over enough tokens: made with level-1 keys only?
+    (0.3, 60, False),  # too few tokens to expect the deeper level's evidence
+])
+def test_inconsistent_levels_only_when_a_deeper_level_is_far_from_significant(p2, tokens, flagged):
+    from verifier.engine.verdicts import text_flags as _flags
+
+    levels = [_level(1, "decoded", 1e-9, tokens), _level(2, "absent", p2, tokens)]
+    assert (_flags(levels) == ["inconsistent-levels"]) is flagged
+    levels[0].status = "detected"
+    assert _flags(levels) == []
+
+
+def test_absent_reason_says_not_significant_with_the_p_value():
+    from verifier.engine.attribution import not_significant
+
+    text = not_significant(math.log(0.005), math.log(1e-4))
+    assert text.startswith("not significant: p = 0.005 does not reach alpha = 0.0001")
+    assert "no evidence" not in text

@@ -4,7 +4,9 @@ Importable without FastAPI, SQLAlchemy or pydantic-settings. The torch-based par
 `logits_processor`, `generate`, `RequestState`) and the HTTP refresher (`BundleSource`) load on first use.
 
     from verifier.provider import open_bundle, generate
-    bundle = open_bundle(b64_from_service, private_key)      # raises BundleError on a wrong key / tampering
+    bundle = open_bundle(b64_from_service, private_key, service_key=pinned_vkey, provider_id="fleet-1")
+    # raises BundleError on a signature the pinned service key did not make, another provider's bundle,
+    # an unsigned (hero-bundle-2/-1) bundle, a wrong key or tampering
     [g] = generate(model, tokenizer, bundle, ["Prompt"], [{"model": 37, "user": 1234}], max_new_tokens=200)
     g.text, g.key_versions
 """

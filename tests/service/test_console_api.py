@@ -150,7 +150,8 @@ def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode_and_locally
     lite.ctx.settings = lite.settings.model_copy(update={"dev_mode": False})
     assert remote.post("/console/dev-token?role=admin").status_code == 404
     assert remote.get("/console/config").json() == {"dev_mode": False, "roles": [], "alpha": cfg["alpha"],
-                                                     "audit_actions": cfg["audit_actions"]}
+                                                     "audit_actions": cfg["audit_actions"],
+                                                     "max_text_chars": lite.settings.max_text_chars}
 
 
 def _recorded_actions() -> set[str]:

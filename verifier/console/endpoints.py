@@ -43,6 +43,8 @@ class ConsoleConfig(BaseModel):
     roles: list[str] = Field(description="roles of the policy (dev sign-in offers these)")
     alpha: float = Field(description="significance threshold of `watermarked` (HERO_ALPHA)")
     audit_actions: list[str] = Field(description="every action an audit event may name (the audit log's filter)")
+    max_text_chars: int = Field(description="characters per text (HERO_MAX_TEXT_CHARS): longer texts are offered in "
+                                "excerpts")
 
 
 class DevToken(BaseModel):
@@ -66,7 +68,8 @@ def config(ctx: Ctx) -> dict:
     from verifier.audit.service import AUDIT_ACTIONS
 
     return {"dev_mode": ctx.settings.dev_mode, "roles": sorted(ctx.policy.roles) if ctx.settings.dev_mode else [],
-            "alpha": ctx.settings.alpha, "audit_actions": list(AUDIT_ACTIONS)}
+            "alpha": ctx.settings.alpha, "audit_actions": list(AUDIT_ACTIONS),
+            "max_text_chars": ctx.settings.max_text_chars}
 
 
 @router.get("/whoami", response_model=WhoAmI, summary="The caller's subject, role, level and actions",

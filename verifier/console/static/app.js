@@ -54,14 +54,17 @@
     if (p >= 0.001) return p.toPrecision(2);
     const e = Math.floor(Math.log10(p));
     const m = p / Math.pow(10, e);
-    return (Math.round(m * 10) / 10) + "×10^" + e;
+    return (Math.round(m * 10) / 10) + "×10" + sup(e);
   }
+  // an exponent as superscript characters (10⁻²⁵), readable in text, titles and copies alike
+  const SUP = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
+  function sup(e) { return Array.from(String(e)).map((c) => SUP[c]).join(""); }
   function oneIn(p) {
     if (p <= 0) return "practically never";
     const n = 1 / p;
     if (n < 1e6) return "about once in " + Math.round(n).toLocaleString("en") + " texts";
     const e = Math.floor(Math.log10(n));
-    return "about once in 10^" + e + " texts";
+    return "about once in 10" + sup(e) + " texts";
   }
   function pWords(p, alpha, scored, watermarked) {
     if (!scored) return "No tokens could be scored: the text is too short or too repetitive to tell.";
@@ -117,6 +120,7 @@
       el("dt", {}, "Tokens scored"), el("dd", {}, res.tokens_scored),
       el("dt", {}, "Level-1 key version"), el("dd", {}, res.key_version || "none"),
       el("dt", {}, "Spec version"), el("dd", {}, res.spec_version == null ? "—" : res.spec_version)));
+    for (const ex of res.expected || []) card.append(renderExpected(ex));
     for (const lv of res.levels || []) card.append(renderLevel(lv));
     if (res.receipt) {
       card.append(el("details", { class: "receipt" }, el("summary", {}, "Audit receipt (transparency log, event #" + (res.receipt.leaf_index + 1) + ")"),
@@ -125,6 +129,18 @@
     }
     if (text && index === undefined) card.append(el("details", {}, el("summary", {}, "Text"), el("pre", { class: "text" }, text)));
     return card;
+  }
+
+  // The one-value test of a value the caller asked about (`expect`): "is this text from model 37?"
+  function renderExpected(ex) {
+    const value = fieldsText(ex.fields);
+    return el("section", { class: "expected " + (ex.matches ? "yes" : "no"), "data-testid": "expected",
+      "aria-label": "Asked about " + value },
+      el("h4", {}, "Is it " + value + "? ", el("strong", {}, ex.matches ? "Yes" : "Not shown")),
+      el("p", {}, ex.matches
+        ? "The text carries this value's mark: text not made with it scores this high " + oneIn(ex.p_value) + " (p = " + sci(ex.p_value) + ")."
+        : "This text does not show this value's mark at the threshold (p = " + sci(ex.p_value) + "): it may be another value's, unmarked, or too short.") ,
+      ex.values_asked > 1 ? el("p", { class: "muted" }, "Corrected for the " + ex.values_asked + " values you have asked about for this text.") : null);
   }
 
   function renderLevel(lv) {
@@ -210,15 +226,32 @@
   }
 
   // verify
-  async function onVerify(ev) {
-    ev.preventDefault();
-    const text = $("verify-text").value;
+  // "model=37" or "model=37, user=12" -> {"model": 37, ...}; null when empty; an Error naming what is wrong
+  function parseExpect(raw) {
+    if (!raw.trim()) return null;
+    const out = {};
+    for (const part of raw.split(",")) {
+      const m = /^\s*([a-z][a-z0-9_]*)\s*=\s*(\d+)\s*$/.exec(part);
+      if (!m) throw new Error("Ask about a value as name=number, e.g. model=37 (got \u201c" + part.trim() + "\u201d)");
+      out[m[1]] = Number(m[2]);
+    }
+    return out;
+  }
+  function maxChars() { return (state.config && state.config.max_text_chars) || 20000; }
+
+  async function onVerify(ev, override) {
+    if (ev) ev.preventDefault();
+    const text = override === undefined ? $("verify-text").value : override;
     const out = $("verify-result");
     out.replaceChildren();
     if (!text.trim()) { say("Paste a text first.", true); return; }
+    let expect;
+    try { expect = parseExpect($("verify-expect").value); } catch (e) { say(e.message, true); return; }
+    const limit = maxChars();
+    if (Array.from(text).length > limit) { offerLong(text, limit, expect); return; }
     say("Verifying…");
     try {
-      const { data } = await api("POST", "/v1/verify", { texts: [text] });
+      const { data } = await api("POST", "/v1/verify", expect ? { texts: [text], expect } : { texts: [text] });
       out.replaceChildren(renderResult(data.results[0], null));
       // offered when level 1's own evidence is significant (it then names a key version): the map is level 1's
       if (state.me.actions.includes("evidence.read") && data.results[0].levels[0].key_version) {
@@ -227,8 +260,41 @@
           onclick: () => showEvidence(text, holder) }, "Show which tokens carry the mark"));
         out.append(holder);
       }
-      say("Verified.");
+      say(override === undefined ? "Verified." : "Verified the first " + limit.toLocaleString("en") + " characters.");
     } catch (e) { say("Verify failed: " + e.message, true); }
+  }
+
+  // A text over the service's limit per text: verify its start, or submit it as a job of excerpts (each within
+  // the limit, cut at a line or space where there is one): long documents are verified in excerpts.
+  function excerpts(text, limit) {
+    const chars = Array.from(text);
+    const parts = [];
+    for (let at = 0; at < chars.length;) {
+      let end = Math.min(at + limit, chars.length);
+      if (end < chars.length) {
+        const window = chars.slice(at, end).join("");
+        const cut = Math.max(window.lastIndexOf("\n"), window.lastIndexOf(" "));
+        if (cut > limit / 2) end = at + Array.from(window.slice(0, cut + 1)).length;
+      }
+      const part = chars.slice(at, end).join("");
+      if (part.trim()) parts.push(part);
+      at = end;
+    }
+    return parts;
+  }
+  function offerLong(text, limit, expect) {
+    const n = Array.from(text).length;
+    const parts = excerpts(text, limit);
+    say("The text is " + n.toLocaleString("en") + " characters long; the service verifies at most " +
+      limit.toLocaleString("en") + " characters per text.", true);
+    $("verify-result").replaceChildren(el("div", { class: "card", "data-testid": "too-long" },
+      el("p", {}, "Verify part of it, or all of it in excerpts:"),
+      el("div", { class: "row" },
+        el("button", { type: "button", onclick: () => onVerify(null, Array.from(text).slice(0, limit).join("")) },
+          "Verify the first " + limit.toLocaleString("en") + " characters"),
+        el("button", { type: "button", class: "secondary", onclick: () => submitJob(parts) },
+          "Submit as a job of " + parts.length + " excerpts")),
+      expect ? el("p", { class: "muted" }, "A job decodes without the value asked about: ask about it on an excerpt here.") : null));
   }
 
   // Per-token level-1 evidence (trusted roles only: the map is a key oracle, so the API audits each use).
@@ -267,9 +333,12 @@
   function readOne(f) {
     return new Promise((resolve, reject) => {
       const r = new FileReader();
-      r.onload = () => resolve({ name: f.name, text: String(r.result) });
+      r.onload = () => {
+        try { resolve({ name: f.name, text: new TextDecoder("utf-8", { fatal: true }).decode(r.result) }); }
+        catch (e) { reject(new Error(f.name + " is not UTF-8 text")); }  // as `hero decode --file` refuses it
+      };
       r.onerror = () => reject(new Error("cannot read " + f.name));
-      r.readAsText(f, "utf-8");
+      r.readAsArrayBuffer(f);
     });
   }
   function readFile(input) {
@@ -286,12 +355,25 @@
   // then the file is split at every line that is exactly that separator. Blank lines never split a text.
   function parseTexts(name, raw, separator) {
     const lower = name.toLowerCase();
-    if (lower.endsWith(".jsonl")) return raw.split("\n").filter((l) => l.trim()).map((l) => {
-      const v = JSON.parse(l); return typeof v === "string" ? v : v.text;
-    });
+    if (lower.endsWith(".jsonl")) {
+      const out = [];
+      raw.split("\n").forEach((l, i) => {
+        if (!l.trim()) return;
+        let v;
+        try { v = JSON.parse(l); } catch (e) { throw new Error(name + " line " + (i + 1) + ": not JSON (" + e.message + ")"); }
+        const t = typeof v === "string" ? v : (v && typeof v.text === "string" ? v.text : null);
+        if (t === null) throw new Error(name + " line " + (i + 1) + ': expected a JSON string or {"text": ...}');
+        out.push(t);
+      });
+      return out;
+    }
     if (lower.endsWith(".json")) {
-      const v = JSON.parse(raw);
-      return Array.isArray(v) ? v : v.texts;
+      let v;
+      try { v = JSON.parse(raw); } catch (e) { throw new Error(name + ": not JSON (" + e.message + ")"); }
+      const list = Array.isArray(v) ? v : (v && Array.isArray(v.texts) ? v.texts : null);
+      if (list === null) throw new Error(name + ': expected a list of texts or {"texts": [...]}');
+      list.forEach((t, i) => { if (typeof t !== "string") throw new Error(name + " item " + (i + 1) + " is not a text (a JSON string)"); });
+      return list;
     }
     if (!separator) return raw.trim() ? [raw] : [];  // as `hero decode --file`: the file, unchanged, is the text
     const parts = [];
@@ -321,9 +403,13 @@
       }
       if (!texts.length) throw new Error("no texts found");
     } catch (e) { say("Cannot use this file: " + e.message, true); return; }
+    await submitJob(texts);
+  }
+  async function submitJob(texts) {
     try {
       const { data, response } = await api("POST", "/v1/jobs", { texts });
       state.jobTexts[data.job_id] = texts;  // this tab's own copy, to label the results (the API never returns texts)
+      if (location.hash !== "#jobs") { location.hash = "#jobs"; await route(); }
       say("Job submitted: " + texts.length + (texts.length === 1 ? " text." : " texts."));
       watchJob(response.headers.get("Location") || "/v1/jobs/" + data.job_id);
       loadJobs(true);
@@ -332,10 +418,13 @@
 
   function watchJob(url) {
     clearTimeout(state.pollTimer);
+    state.watching = url;
+    $("job-detail").replaceChildren();  // only the results of the job on screen
     const box = $("job-current");
     const tick = async () => {
       try {
         const { data } = await api("GET", url);
+        if (state.watching !== url) return;  // another job was opened meanwhile
         box.replaceChildren(el("div", { class: "card", "data-testid": "job-progress" },
           el("p", {}, "Job ", el("code", {}, data.job_id), ": ", el("span", { class: "st st-" + data.status }, data.status),
             " — " + data.progress.done + " of " + data.progress.total + " texts"),

@@ -124,13 +124,16 @@ def test_chat_template_is_applied(smollm2) -> None:
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_chat_section_end_to_end(smollm2, tmp_path) -> None:
+def test_chat_section_end_to_end(smollm2, tmp_path, request) -> None:
     """`hero eval --sections chat` on a tiny configuration: every row of the report has its figures."""
     from verifier.evaluation.runner import Config, Runner
 
     model, tok = smollm2
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as `hero eval --threads 1`: one thread is fastest on a loaded machine
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     cfg = Config(sections=("chat",), prompts=3, humans=6, tokens=50, batch_size=3, natural_prompts=2,
-                 natural_tokens=24, chat_aware_humans=3, out=str(tmp_path / "out"),
+                 natural_tokens=24, chat_aware_humans=3, chat_cost_rounds=1, out=str(tmp_path / "out"),
                  attr_plan=dict(div_prompts=1, repeats=3, div_tokens=6, users=2, cost_texts=2))
     results = Runner(cfg, model, tok).run()
     assert not results.get("errors"), results.get("errors")
@@ -141,6 +144,8 @@ def test_chat_section_end_to_end(smollm2, tmp_path) -> None:
     assert extra["SynthID-Text"]["calibration"]["wrong_keys"]["n"] == 27
     assert 0 < extra["unwatermarked"]["entropy"]["mean"] < 12
     assert extra["HeRo-v3"]["natural"]["n"] == 2 and max(extra["HeRo-v3"]["natural"]["lengths"]) <= 24
+    cost = results["cells"]["chat"]["chat"]["generation_cost"]["k50p0.9"]["cpu_ms_per_token"]
+    assert {"HeRo-v3", "SynthID-Text", "SynthID-Text (stock processor)", "unwatermarked"} <= set(cost)
     att = results["cells"]["chat"]["chat"]["attribution"]["k50p0.9"]
     assert att["HeRo-v3"]["prefix"]["50"]["exact"]["n"] == 3
     saved = json.loads((tmp_path / "out" / "results.json").read_text())

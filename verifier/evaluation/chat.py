@@ -125,6 +125,9 @@ class CorpusRun:
         cfg = self.v.cfg
         sec = self.sec
         n = min(cfg.natural_prompts, sec.texts(m.name, s.name)) if n is None else n
+        if sec.data.read_only:  # --measure-only: what another process has cached, nothing generated here
+            have = self.v.gen_cache.load(self.v.gen_cache.path(m, cfg.natural_tokens, s, sec.data._scheme(m), True))
+            return [have[i] for i in range(n) if i in have]
         return self.v.gen_cache.get(m, self.v.prompts[:n], cfg.natural_tokens, f"natural {s.name}",
                                     lambda i: _payload(sec, m, i), sampling=s, scheme=sec.data._scheme(m),
                                     natural=True)
@@ -160,6 +163,10 @@ class CorpusRun:
             self.sec.methods[SYNTHID] = synth
         node = self.v.results["cells"]
         node["attribution"]["diversity_synthid"] = self._synthid_diversity()
+        if cfg.chat_cost_rounds:
+            self.v.say(f"chat ({self.corpus}): generation cost (CPU time, methods interleaved)")
+            node["generation_cost"] = {s.name: self.generation_cost(s, cfg.chat_cost_rounds) for s in self.settings}
+            self.v.save()
         for s in self.settings:
             extra = node.setdefault("extra", {}).setdefault(s.name, {"describe": s.describe()})
             plain = self.sec.data.main(self.sec.methods[UNWATERMARKED], s, range(self.sec.texts(UNWATERMARKED, s.name)))
@@ -178,6 +185,32 @@ class CorpusRun:
                     cell |= self._aware(m, recs)
                 extra[name] = cell
                 self.v.save()
+
+    def generation_cost(self, s: Sampling, rounds: int, batch: int = 8, steps: int = 32) -> dict:
+        """CPU seconds per generated token (this process's CPU time, one torch thread: a shared machine's load
+        does not count) of every generator and of SynthID's stock processor, rounds interleaved, uncached."""
+        import time
+
+        from verifier.evaluation.generation import generate_rows
+        from verifier.evaluation.methods import SynthIDMethod as _S
+
+        gens = dict(self.sec.generators())
+        if self.synthid is not None:
+            stock = _S(f"{SYNTHID} (stock processor)", self.seed)
+            stock.processor = lambda payloads, seed, warpers=None: _stock_processor(stock.keys, warpers)
+            gens[stock.name] = stock
+        runs: dict[str, list[float]] = {n: [] for n in gens}
+        for rd in range(rounds):
+            prompts = [self.v.prompts[(rd * batch + j) % len(self.v.prompts)] for j in range(batch)]
+            for name, m in gens.items():
+                pays = [_payload(self.sec, m, rd * batch + j) for j in range(batch)]
+                t = time.process_time()
+                generate_rows(self.v.model, self.v.tok, m, prompts, pays, steps, 1000 + rd, s)
+                runs[name].append(1000 * (time.process_time() - t) / (batch * steps))
+        med = {n: sorted(v)[len(v) // 2] for n, v in runs.items()}
+        base = med.get(UNWATERMARKED)
+        return {"cpu_ms_per_token": med, "all": runs, "batch": batch, "steps": steps, "rounds": rounds,
+                "vs_plain": {n: v / base for n, v in med.items()} if base else {}}
 
     def _texts(self, recs: list[dict]) -> dict:
         ppl = [r["gen_ppl"] for r in recs]
@@ -284,6 +317,17 @@ class CorpusRun:
             out[s.name] = {"repeat_distinct_outputs": [len({tuple(r["ids"]) for r in rr}) for rr in reps],
                            "repeats": p.repeats, "tokens": p.div_tokens}
         return out
+
+
+def _stock_processor(keys, warpers):
+    """transformers' own processor, unmodified, after the warpers (the cost the top-k subclass avoids)."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    from verifier.evaluation.baselines.synthid import WarpThenWatermark, synthid_config
+
+    wm = synthid_config(keys).construct_processor(vocab_size=0, device=torch.device("cpu"))
+    return WarpThenWatermark(warpers or LogitsProcessorList(), wm)
 
 
 def _payload(sec, m, i: int) -> list[int]:

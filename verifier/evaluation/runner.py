@@ -84,6 +84,7 @@ class Config:
     natural_prompts: int = 100  # answers at their natural length (EOS), per method and setting; 0: none
     natural_tokens: int = 400  # ... cut at this many tokens when no EOS came
     chat_aware_humans: int = 200  # human texts decoded model-aware (an LM pass each)
+    chat_cost_rounds: int = 3  # generation cost: interleaved rounds of 8 prompts x 32 tokens per method (0: none)
 
     @classmethod
     def quick_config(cls, **kw) -> Config:

@@ -9,7 +9,7 @@ Two requests against an in-process service (SQLite, dev tokens), after a warm-up
   (sampled every 10 ms), CPU seconds.
 
     python benchmarks/bench_model_aware_bound.py [--texts 32 --tokens 256 --request-tokens 8192
-                                                   --batch-tokens 8192 --threads N]
+                                                   --batch-tokens 4096 --threads N]
 
 One JSON line per request. The peak is bounded by HERO_MODEL_AWARE_BATCH_TOKENS (activations of one forward pass)
 and the position chunk (engine/model_aware.DEFAULT_CHUNK), not by the request: docs/performance.md.
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--request-tokens", type=int, default=8192)
     ap.add_argument("--deadline", type=float, default=3600.0)
-    ap.add_argument("--batch-tokens", type=int, default=8192)
+    ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     import psutil

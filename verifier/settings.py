@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     # still running past it). Roles' quotas may count LM tokens too (lm_tokens_per_minute / _per_day).
     model_aware_max_tokens: int = Field(default=2048, ge=16, le=131072)
     model_aware_max_request_tokens: int = Field(default=8192, ge=16)
-    model_aware_batch_tokens: int = Field(default=8192, ge=256, le=1_048_576)
+    model_aware_batch_tokens: int = Field(default=4096, ge=256, le=1_048_576)
     model_aware_deadline_seconds: float = Field(default=120.0, gt=0, le=3600)
     # `expect`: distinct values one subject may ask about one text, per level (verify/expect.py; each answer is
     # corrected for the values asked so far; beyond the cap: 403, audited)

@@ -171,8 +171,8 @@ def routing_probabilities(profile: Profile, probs: torch.Tensor, tokens: torch.T
     return torch.stack(levels, dim=1).clamp(1e-12, 1.0).cpu().numpy()
 
 
-DEFAULT_CHUNK = 256  # positions whose [chunk, V] logits exist at once (float64: 100 MB at V = 49,152)
-DEFAULT_BATCH_TOKENS = 8192  # padded tokens per forward pass: bounds the activations, whatever the request
+DEFAULT_CHUNK = 64  # positions whose [chunk, V] logits exist at once (SmolLM2, CPU: +171 MB peak at 64, +309 at 256)
+DEFAULT_BATCH_TOKENS = 4096  # padded tokens per forward pass: bounds the activations, whatever the request
 
 
 def forward_groups(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[list[int]]:
@@ -219,6 +219,8 @@ def _hidden_and_head(model, ids: torch.Tensor, mask: torch.Tensor):
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     if head is None or decoder is None:
         return model(input_ids=ids, attention_mask=mask).logits, (lambda h: h)
+    # With the mask: measured on SmolLM2 (CPU, one 2,048-token text), the pass peaks at +140 MB with it and +632 MB
+    # without it (transformers then builds its own causal mask on another attention path).
     hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
     cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
     if not cap:

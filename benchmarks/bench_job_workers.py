@@ -15,7 +15,8 @@ stored: the job must still complete, every item once.
 Figures per round (one JSON line each, then a summary line):
 - `drain_s`: from the POST's answer (texts sealed and stored: the same work for 1 or N workers) to the job's
   last batch committed (the job row's `updated_at`); `texts_per_s` = texts / drain_s;
-- `per_worker`: items each worker stored (`claimed_by`); `stored_once`, `audited_once`, `pages_cover_once`,
+- `per_worker`: items each worker stored (`claimed_by`); `worker_cpu_s`: CPU seconds each surviving worker used
+  since it started (warm-up included: tokenizer and decoder set-up, a few seconds); `stored_once`, `audited_once`, `pages_cover_once`,
   `idempotent_post` (the retried POST named the same job and no second job exists);
 - summary: median drain_s per worker count and the speed-up (1-worker median / N-worker median), with the
   1-minute load average at the start and end of the run (the machine is shared: say how loaded it was).
@@ -144,6 +145,7 @@ def _round(a, texts: list[str], n_workers: int, kill: bool) -> dict:
                                                 .where(JobItemRow.job_id == jid)
                                                 .group_by(JobItemRow.claimed_by)).all())
                     n_jobs = s.scalar(select(func.count()).select_from(JobRow)) - n_workers  # less the warm-ups
+                cpu_s = [_cpu(w.pid) for w in workers if w.poll() is None]  # from start, warm-up included
                 stored_once, audited_once = _once(app.state.ctx.db, jid, len(texts))
                 t_read = time.perf_counter()
                 indices, cursor, pages = [], None, 0
@@ -159,6 +161,7 @@ def _round(a, texts: list[str], n_workers: int, kill: bool) -> dict:
             return {"bench": "job-workers", "workers": n_workers, "killed_pid": killed, "texts": len(texts),
                     "status": status, "drain_s": round(drain_s, 2), "texts_per_s": round(len(texts) / drain_s, 1),
                     "per_worker": {k.split(":")[-1] if k else None: v for k, v in per_worker.items()},
+                    "worker_cpu_s": cpu_s,
                     "stored_once": stored_once, "audited_once": audited_once,
                     "pages": pages, "pages_read_s": round(read_s, 2),
                     "pages_cover_once": indices == list(range(len(texts))),
@@ -175,6 +178,14 @@ def _round(a, texts: list[str], n_workers: int, kill: bool) -> dict:
                     w.kill()
         broker.terminate()
         broker.wait(30)
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system, threads included) a live worker process has used since it started."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return round(t.user + t.system, 1)
 
 
 def _once(db, job_id: str, n: int) -> tuple[bool, bool]:

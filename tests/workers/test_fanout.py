@@ -36,7 +36,7 @@ def _gauge(url: str, name: str) -> float | None:
         body = httpx.get(url, timeout=2.0).text
     except httpx.HTTPError:
         return None
-    m = re.search(rf"^{name} ([0-9.e+-]+)$", body, re.M)
+    m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", body, re.M)
     return float(m.group(1)) if m else None
 
 
@@ -69,6 +69,9 @@ def test_two_workers_drain_one_job_each_item_once_and_the_pending_gauge_falls_to
     assert max(seen) > 0 and seen[-1] == 0.0
     assert all(a >= b for a, b in pairwise(seen)), seen  # it only falls while the job drains
     assert _gauge(metrics, "hero_job_oldest_pending_age_seconds") == 0.0
+    decoded = _gauge(metrics, 'hero_job_texts_total{outcome="decoded"}')  # this worker's own count (its children's)
+    assert decoded is not None and 0 < decoded < 96
+    assert _gauge(metrics, 'hero_verify_texts_total{outcome="watermarked"}') is None  # never a verdict count
 
     doc = svc.wait_done(jid)
     assert doc["results"] == svc.verify_inline(texts, "admin")

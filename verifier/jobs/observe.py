@@ -61,15 +61,21 @@ class JobQueueCollector(Collector):
         yield GaugeMetricFamily("hero_jobs_unfinished", "Jobs queued or running", value=float(jobs))
 
 
+# What a worker's port never shows: verdict counts and disclosures per role and level (what the service finds and
+# who asks). The job counters (hero_jobs_total, hero_job_texts_total: submitted / decoded / done / failed) count
+# work, not findings, and only the workers count decoded texts, so they are served here (the API's public view
+# leaves them out too: verifier.metrics.PRIVATE).
+WORKER_PRIVATE = frozenset({"hero_verify_texts", "hero_disclosures"})
+
+
 class _Public:
-    """A registry's families without verifier.metrics.PRIVATE ones (as the API's public /metrics)."""
+    """A registry's families without WORKER_PRIVATE ones."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
 
     def collect(self) -> Iterator[Metric]:
-        private = getattr(metrics, "PRIVATE", frozenset())
-        return (f for f in self.registry.collect() if f.name not in private)
+        return (f for f in self.registry.collect() if f.name not in WORKER_PRIVATE)
 
 
 def worker_registry(db: Database) -> CollectorRegistry:

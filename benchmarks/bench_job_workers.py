@@ -16,8 +16,8 @@ Figures per round (one JSON line each, then a summary line):
 - `drain_s`: from the POST's answer (texts sealed and stored: the same work for 1 or N workers) to the job's
   last batch committed (the job row's `updated_at`); `texts_per_s` = texts / drain_s;
 - `per_worker`: items each worker stored (`claimed_by`); `worker_cpu_s`: CPU seconds each surviving worker used
-  since it started (warm-up included: tokenizer and decoder set-up, a few seconds); `stored_once`, `audited_once`, `pages_cover_once`,
-  `idempotent_post` (the retried POST named the same job and no second job exists);
+  since it started (warm-up included: tokenizer and decoder set-up, a few seconds); `stored_once`, `audited_once`,
+  `pages_cover_once`, `idempotent_post` (the retried POST named the same job and no second job exists);
 - summary: median drain_s per worker count and the speed-up (1-worker median / N-worker median), with the
   1-minute load average at the start and end of the run (the machine is shared: say how loaded it was).
 """

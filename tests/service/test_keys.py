@@ -183,6 +183,7 @@ def test_hero_cli_uses_the_db_store(lite, monkeypatch, capsys):
     from verifier.keys.service import DbKeyStore
 
     monkeypatch.setenv("HERO_DATABASE_URL", lite.settings.db_url)
+    monkeypatch.setenv("HERO_PROFILE", lite.settings.profile)  # one profile: the CLI uses the service's
     assert isinstance(open_store(), DbKeyStore)
     assert main(["keys", "init"]) == 0
     capsys.readouterr()
@@ -254,7 +255,8 @@ def test_move_profile_keeps_v1_texts_decodable_after_the_v2_upgrade(svc, monkeyp
     # Audited; a second move would merge two key histories and is refused; `default` starts afresh.
     events = svc.client.get("/v1/audit/events", headers=svc.auth("admin")).json()["events"]
     assert any(e["action"] == "keys.move_profile" and e["detail"] == "default -> v1" for e in events)
-    assert main(["keys", "init"]) == 0
+    assert main(["keys", "init"]) == 2  # the deployment's keys are now v1's: no silent second profile
+    assert main(["keys", "init", "--profile", "default"]) == 0  # asked for by name
     assert main(["keys", "move-profile", "--from", "default", "--to", "v1", "--confirm", "default"]) == 2
     assert main(["keys", "move-profile", "--from", "nobody", "--to", "v1", "--confirm", "nobody"]) == 2
     assert {r.profile for r in all_rows()} == {"v1", "default"}

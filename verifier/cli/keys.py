@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     des.set_defaults(handler=cmd_destroy)
     mov = ks.add_parser(
         "move-profile",
-        help="relabel a profile's keys (upgrade to spec v2: --from default --to v1, then 'keys init')",
+        help="relabel a profile's keys (upgrade to spec v2: --from default --to v1, then 'keys init --profile "
+             "default')",
     )
     mov.add_argument("--from", dest="source", required=True, help="profile name the keys are stored under")
     mov.add_argument("--to", dest="target", required=True, help="profile (name or YAML path) they belong to now")

@@ -21,6 +21,18 @@ def test_parse_payload_is_the_one_reader_of_a_requests_fields():
             parse_payload(bad)
 
 
+
+def test_parse_payload_reads_flat_vllm_xargs_keys():
+    """vLLM's OpenAI server passes `vllm_xargs` (flat values only) as the extra arguments."""
+    assert parse_payload({"hero_model": 37, "hero_user": 1234, "kv_transfer_params": {}}) == {"model": 37,
+                                                                                              "user": 1234}
+    assert parse_payload({"hero_user": "1234"}) == {"user": 1234}  # a quoted number from an HTTP client
+    for bad, why in (({"hero_user": True}, "must be an integer"), ({"hero_user": 1.5}, "must be an integer"),
+                     ({"hero_user": [1]}, "must be an integer"), ({"hero_user": "12a"}, "must be an integer"),
+                     ({"hero_": 1}, "hero_<field>"), ({"hero": {"user": 1}, "hero_model": 2}, "not both")):
+        with pytest.raises(ValueError, match=why):
+            parse_payload(bad)
+
 def test_admission_refuses_greedy_requests_missing_bundles_and_bad_fields():
     profile = v1_profile()
     bundle = opened_bundle(profile, fixed_keyset(profile))

@@ -51,12 +51,34 @@ EXTRA_KEY = "hero"  # a request's payload: its extra arguments' "hero" entry, {"
 GREEDY_EPS = 1e-5  # a temperature below this is greedy decoding: it cannot carry a watermark
 
 
+def _field_value(name: str, value: Any) -> int:
+    """One payload value: an integer, or a string of decimal digits (an HTTP client may quote it)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    raise ValueError(f"payload field {name!r} must be an integer")
+
+
 def parse_payload(extra: Mapping[str, Any] | None, key: str = EXTRA_KEY) -> Mapping[str, int] | None:
     """A request's payload fields from its extra arguments (None: not watermarked). The one place a serving
-    engine's request payload is read; ValueError when it is not a map of field names to integers."""
-    fields = (extra or {}).get(key)
-    if fields is None:
+    engine's request payload is read; ValueError when it is malformed.
+
+    Two spellings: nested, `{"hero": {"model": 37, "user": 1234}}` (the Python API), and flat,
+    `{"hero_model": 37, "hero_user": 1234}` (one `hero_<field>` per field): vLLM's OpenAI server passes
+    `vllm_xargs` as extra arguments and allows only flat values there. A request may not use both."""
+    extra = extra or {}
+    fields = extra.get(key)
+    prefix = f"{key}_"
+    flat = {k[len(prefix):]: v for k, v in extra.items() if isinstance(k, str) and k.startswith(prefix)}
+    if fields is None and not flat:
         return None
+    if fields is not None and flat:
+        raise ValueError(f"give the payload either as extra_args[{key!r}] or as {prefix}<field> keys, not both")
+    if flat:
+        if not all(flat):
+            raise ValueError(f"a flat payload key is {prefix}<field>, e.g. {prefix}user")
+        return {name: _field_value(f"{prefix}{name}", v) for name, v in flat.items()}
     if not isinstance(fields, Mapping) or not all(
         isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in fields.items()
     ):

@@ -3,6 +3,7 @@
     pip install hero-verifier            # registers `vllm.logits_processors: hero = verifier.provider.vllm:...`
     HERO_VLLM_BUNDLE=/run/hero/bundle HERO_VLLM_PRIVATE_KEY=/run/hero/x25519.key vllm serve ...
     SamplingParams(..., extra_args={"hero": {"model": 37, "user": 1234}})
+    curl .../v1/completions -d '{..., "vllm_xargs": {"hero_model": 37, "hero_user": 1234}}'   # OpenAI server
 
 Configuration (environment, read by the frontend and the engine processes alike; only paths, never keys):
   HERO_VLLM_BUNDLE        file with the sealed bundle (base64 or raw), as `POST /v1/keys/generation-bundle` gives it
@@ -105,7 +106,8 @@ def _bundle():
 
 
 def payload_of(sampling_params: Any) -> Mapping[str, int] | None:
-    """The request's payload fields (`SamplingParams.extra_args["hero"]`), parsed by the seam."""
+    """The request's payload fields (`SamplingParams.extra_args["hero"]`, or flat `hero_<field>` keys as the
+    OpenAI server's `vllm_xargs` give them), parsed by the seam."""
     return parse_payload(getattr(sampling_params, "extra_args", None))
 
 
@@ -114,8 +116,10 @@ def validate_request(sampling_params: Any) -> None:
     fields = payload_of(sampling_params)
     if fields is None:
         if enforced():
-            raise ValueError(f"this engine watermarks every request: SamplingParams.extra_args[{EXTRA_KEY!r}] "
-                             "with the payload fields is required")
+            raise ValueError("this engine watermarks every request: give the payload fields, over HTTP as "
+                             f'"vllm_xargs": {{"{EXTRA_KEY}_model": 37, "{EXTRA_KEY}_user": 1234}} '
+                             f"(one {EXTRA_KEY}_<field> per field), in Python as "
+                             f"SamplingParams.extra_args[{EXTRA_KEY!r}]")
         return
     validate_payload(fields, getattr(sampling_params, "temperature", 1.0), _bundle,
                      f"{ENV_BUNDLE} / {ENV_KEY}")

@@ -115,3 +115,37 @@ def test_batch_round_trip_of_20_texts(tmp_path, capsys, hero_home, smollm2, monk
     assert [r["expected"][0]["fields"] for r in results] == [{"model": 10 + i} for i in range(20)]
     confirmed = sum(r["expected"][0]["p_value"] < 1e-4 for r in results)
     assert confirmed >= 18, [r["expected"][0]["p_value"] for r in results]  # 48 tokens at T = 1: nearly all
+
+
+def test_generate_chat_applies_the_chat_template(tmp_path, capsys, hero_home, monkeypatch):
+    """--chat: each prompt reaches the model as a user message under the tokenizer's chat template (the model is
+    stubbed; the real SmolLM2 template is checked in test_chat_template_of_the_real_tokenizer)."""
+    from types import SimpleNamespace
+
+    import verifier.engine.generation as generation
+    import verifier.lm as lm
+
+    class Tok:
+        chat_template = "{{ messages }}"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            assert tokenize is False and add_generation_prompt is True
+            return "<user>" + messages[0]["content"] + "</user><assistant>"
+
+    seen = []
+    monkeypatch.setattr(lm, "load_model", lambda name: (None, Tok()))
+    monkeypatch.setattr(generation, "generate_watermarked", lambda m, t, prompts, *a, **k: seen.extend(prompts) or [
+        SimpleNamespace(text="an answer", token_ids=[1]) for _ in prompts])
+    monkeypatch.delenv("HERO_PROFILE", raising=False)
+    assert main(["keys", "init"]) == 0
+    assert main(["generate", "--prompt", "Name a bird.", "--chat", "--field", "model=1", "--field", "user=2",
+                 "--format", "text"]) == 0
+    assert seen == ["<user>Name a bird.</user><assistant>"] and capsys.readouterr().out.endswith("an answer\n")
+
+
+def test_chat_template_of_the_real_tokenizer():
+    from verifier.lm import load_tokenizer
+    from verifier.offline import chat_prompt
+
+    text = chat_prompt(load_tokenizer("smollm2"), "Name a bird.")
+    assert "Name a bird." in text and text.rstrip().endswith("assistant")

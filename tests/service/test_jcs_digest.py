@@ -19,7 +19,10 @@ const jcs = v => Array.isArray(v) ? "[" + v.map(jcs).join(",") + "]"
     : JSON.stringify(v);
 let input = "";
 process.stdin.on("data", d => input += d).on("end", () => {
-  for (const r of JSON.parse(input)) delete r.receipt, console.log(crypto.createHash("sha256").update(jcs(r), "utf8").digest("hex"));
+  for (const r of JSON.parse(input)) {
+    delete r.receipt;  // as the service: the receipt is not part of the digest
+    console.log(crypto.createHash("sha256").update(jcs(r), "utf8").digest("hex"));
+  }
 });
 """
 

@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--natural-prompts", type=int, default=None,
                    help="chat: answers at their natural length per method and setting (0: none; default 100)")
     p.add_argument("--natural-tokens", type=int, default=None, help="chat: cap of a natural-length answer (400)")
+    p.add_argument("--cost-rounds", type=int, default=None, dest="chat_cost_rounds",
+                   help="chat: interleaved rounds of the generation-cost measurement (0: none; default 3)")
     p.add_argument("--aware-humans", type=int, default=None, dest="chat_aware_humans",
                    help="chat: human texts decoded model-aware (an LM pass each; default 200)")
     p.set_defaults(handler=cmd_eval)
@@ -92,6 +94,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
         natural_prompts=args.natural_prompts,
         natural_tokens=args.natural_tokens,
         chat_aware_humans=args.chat_aware_humans,
+        chat_cost_rounds=args.chat_cost_rounds,
     )
     for m in kw["methods"] or ():
         if m not in ALL_METHODS:

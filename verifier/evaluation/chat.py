@@ -86,7 +86,10 @@ def chat_config(cfg):
     methods += [SYNTHID, UNWATERMARKED]
     caps = dict(cfg.attr_caps or {})
     for p in cfg.profiles:  # a model-aware decode re-runs the LM (a CPU-second per text): 200 humans by default
-        caps.setdefault(f"{hero_name(p)}{ModelAwareMethod.SUFFIX}@humans", cfg.chat_aware_humans)
+        base, aware = hero_name(p), hero_name(p) + ModelAwareMethod.SUFFIX
+        caps.setdefault(f"{aware}@humans", cfg.chat_aware_humans)
+        for key in [k for k in caps if k == base or k.startswith(base + "@")]:  # it reads its base's texts
+            caps.setdefault(aware + key[len(base):], caps[key])
     plan = {**CHAT_PLAN, **(cfg.attr_plan or {})}
     return dataclasses.replace(cfg, settings=tuple(cfg.chat_settings), attr_methods=tuple(methods),
                                attr_caps=caps, attr_plan=plan)

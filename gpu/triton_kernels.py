@@ -13,7 +13,7 @@ gpu/partition.py, gpu/prf.py).
 
 Integer work is bit-exact; the evidence uses the device's float64 log (libdevice on CUDA, numpy under
 TRITON_INTERPRET=1), which may differ from libm in the last bit for rare inputs.
-Selected automatically for CUDA tensors when Triton is importable (gpu.evidence.select_backend).
+Selected automatically for CUDA tensors when Triton is importable (gpu.backend.select_backend).
 """
 
 from __future__ import annotations

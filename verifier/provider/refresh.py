@@ -101,6 +101,13 @@ class BundleSource:
         assert current is not None
         return current
 
+    @property
+    def current(self) -> GenerationBundle | None:
+        """The bundle installed so far, never fetching (None before the first successful poll): for callers on a
+        hot path, which must not wait on the service."""
+        with self._lock:
+            return self._bundle
+
     def _auth(self) -> tuple[dict[str, str], str]:
         """(headers, this provider's id): the id given, else the `sub` of the provider's own token."""
         token = self._token() if callable(self._token) else self._token
@@ -140,9 +147,11 @@ class BundleSource:
         return True
 
     # -- background refresh ---------------------------------------------------------------------
-    def start(self) -> BundleSource:
-        """Poll every `interval_s` in a daemon thread (the first bundle is fetched now, in this thread)."""
-        self.bundle  # noqa: B018  (fail fast: no key, no thread)
+    def start(self, fetch_first: bool = True) -> BundleSource:
+        """Poll every `interval_s` in a daemon thread (the first bundle is fetched now, in this thread, unless
+        `fetch_first=False`: a caller with a fallback bundle starts polling without waiting on the service)."""
+        if fetch_first:
+            self.bundle  # noqa: B018  (fail fast: no key, no thread)
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="hero-bundle-refresh", daemon=True)

@@ -39,7 +39,7 @@ from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
 from verifier.engine.generation import make_fused_sampler, new_generator, new_opening
 from verifier.engine.payload import encode_payload
-from verifier.provider.bundle import BundleError, GenerationBundle, open_bundle, service_keys
+from verifier.provider.bundle import BundleError, BundleExpired, GenerationBundle, open_bundle, service_keys
 from verifier.provider.refresh import token_subject
 
 __all__ = ["EXTRA_KEY", "GREEDY_EPS", "BundleKeys", "RequestSlots", "new_generator", "one_hot_rows", "parse_payload",
@@ -118,17 +118,27 @@ class BundleKeys:
         if provider_id is None and token_file is not None:
             provider_id = token_subject(Path(token_file).read_text().strip())
         if bundle_file and Path(bundle_file).is_file():
-            self._bundle = open_bundle(Path(bundle_file).read_bytes().strip(), private_key, service_key=service_key,
-                                       provider_id=provider_id or "")
+            data = Path(bundle_file).read_bytes()
+            if data[:3] != b"HRB":  # base64 text may end in a newline; a raw bundle's last bytes are ciphertext
+                data = data.strip()
+            self._bundle = open_bundle(data, private_key, service_key=service_key, provider_id=provider_id or "")
         if url:
             from verifier.provider.refresh import BundleSource
 
             if token_file is None:
                 raise ValueError("a bundle URL needs a token file")
             token = Path(token_file)
-            self._source = BundleSource(private_key, lambda: token.read_text().strip(), base_url=url,
-                                        service_key=service_key, provider_id=provider_id,
-                                        interval_s=float(refresh_s)).start()
+            source = BundleSource(private_key, lambda: token.read_text().strip(), base_url=url,
+                                  service_key=service_key, provider_id=provider_id, interval_s=float(refresh_s))
+            try:
+                source.start()
+            except Exception as exc:
+                if self._bundle is None:  # nothing to serve with: the engine does not start
+                    raise
+                # The file bundle serves until a poll succeeds; the service is never waited on per request.
+                log.warning("verifier unreachable at start (%s); using the file bundle", type(exc).__name__)
+                source.start(fetch_first=False)
+            self._source = source
         del private_key
 
     def __repr__(self) -> str:
@@ -136,12 +146,14 @@ class BundleKeys:
         return f"BundleKeys(bundle_id={b.bundle_id if b else None!r}, refreshed={self._source is not None})"
 
     def bundle(self) -> GenerationBundle | None:
-        if self._source is not None:
-            try:
-                return self._source.bundle
-            except Exception as exc:  # the file bundle stays in use; only the type is logged
-                log.warning("bundle refresh failed (%s); using the last bundle", type(exc).__name__)
-        return self._bundle
+        """The bundle in force (the refreshed one, else the file's); never waits on the service. BundleExpired
+        when it has expired: watermarked generation stops (a refresh that installs a fresh one resumes it)."""
+        current = self._source.current if self._source is not None else None
+        bundle = current or self._bundle
+        if bundle is not None and bundle.expired():
+            raise BundleExpired(f"the HeRo bundle {bundle.bundle_id} expired at {bundle.expires_at.isoformat()}: "
+                                "watermarked generation is stopped until a fresh bundle is installed")
+        return bundle
 
 
 class RequestSlots:

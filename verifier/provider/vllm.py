@@ -15,7 +15,8 @@ Configuration (environment, read by the frontend and the engine processes alike;
                           a bundle is used only when its signature checks against it (required with a bundle)
   HERO_VLLM_PROVIDER_ID   this provider's registered id: a bundle for another id is refused (default: the `sub`
                           of the token in HERO_VLLM_TOKEN_FILE)
-  HERO_VLLM_ENFORCE=1     refuse (at admission, HTTP 400) every request without a payload
+  HERO_VLLM_ENFORCE=1     refuse (at admission, HTTP 400) every request without a payload; a request that reaches
+                          the engine without one anyway is ended there (forced to EOS), never served unwatermarked
 Without a bundle configured the plugin is inert: requests without a payload pass untouched, a request with one
 is refused. A payload is validated against the bundle's profile at admission (`validate_params`).
 
@@ -139,6 +140,26 @@ def _add(slots: RequestSlots, slot: int, sp: Any, tokens: list[int] | None = Non
                      top_p=float(sp.top_p or 1.0), min_p=float(sp.min_p or 0.0), tokens=tokens)
 
 
+def _stop_token(vllm_config: Any) -> int:
+    """The model's end-of-sequence id: what a refused row is forced to (its request ends with no model text)."""
+    model_config = getattr(vllm_config, "model_config", None)
+    for cfg in (getattr(model_config, "hf_text_config", None), getattr(model_config, "hf_config", None)):
+        eos = getattr(cfg, "eos_token_id", None)
+        if isinstance(eos, (list, tuple)) and eos:
+            eos = eos[0]
+        if isinstance(eos, int):
+            return eos
+    return 0
+
+
+def _engine_start(vllm_config: Any) -> tuple[bool, int]:
+    """At engine start: refuse speculative decoding, build this process's keys once (a misconfigured bundle stops
+    the engine here, not in a step), and read enforce mode. (enforce, the id a refused row is forced to)"""
+    _refuse_speculative(vllm_config)
+    keys()
+    return enforced(), _stop_token(vllm_config)
+
+
 def _refuse_speculative(vllm_config: Any) -> None:
     if getattr(vllm_config, "speculative_config", None) is not None:
         raise ValueError("the HeRo watermark does not support speculative decoding (draft tokens are not "
@@ -152,7 +173,8 @@ class HeroV1LogitsProcessor(V1LogitsProcessor):
     """Legacy V1 runner: rows are batch indices; `update_state` adds, removes and moves them."""
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        _refuse_speculative(vllm_config)
+        self.enforce, self.stop_token = _engine_start(vllm_config)
+        self.refused: set[int] = set()  # enforce mode: rows of requests that are not watermarked (forced to EOS)
         self.device = torch.device(device)
         n = int(vllm_config.scheduler_config.max_num_seqs)
         self.slots = RequestSlots(n, self.device, _bundle)
@@ -172,15 +194,27 @@ class HeroV1LogitsProcessor(V1LogitsProcessor):
         for row in batch_update.removed:
             self.reqs.pop(row, None)
             self.slots.errors.pop(row, None)
+            self.refused.discard(row)
         for row, sp, prompt, output in batch_update.added:
             self.reqs.pop(row, None)
+            self.refused.discard(row)
             if _add(self.slots, row, sp, list(output) if output else None):
                 if prompt is None:  # prompt embeddings: no ids to take contexts from
                     self.slots.fail(row, ValueError("a watermarked request needs prompt token ids"))
+                    self.refused.add(row)  # its payload asked for a watermark it cannot get: no text
                     continue
                 self.reqs[row] = (prompt, output)
+            elif self.enforce or row in self.slots.errors:
+                self.refused.add(row)
         for a, b, direction in batch_update.moved:
             swap = direction == MoveDirectionality.SWAP
+            ra_, rb_ = a in self.refused, b in self.refused
+            self.refused.discard(a)
+            self.refused.discard(b)
+            if ra_:
+                self.refused.add(b)
+            if swap and rb_:
+                self.refused.add(a)
             self.slots.move(a, b, swap)
             ra, rb = self.reqs.pop(a, None), self.reqs.pop(b, None)
             if ra is not None:
@@ -189,6 +223,8 @@ class HeroV1LogitsProcessor(V1LogitsProcessor):
                 self.reqs[a] = rb
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.refused:
+            self._refuse_rows(logits)
         if not self.reqs:
             return logits
         rows = sorted(r for r in self.reqs if r < logits.shape[0])
@@ -213,9 +249,19 @@ class HeroV1LogitsProcessor(V1LogitsProcessor):
             return logits
         for r in failed:
             self.reqs.pop(r, None)
+            self.refused.add(r)  # a watermarked request whose draw failed ends here, never continues unmarked
         keep = drawn.to(logits.device)
         one_hot_rows(logits, rows_t[keep], tokens[keep])
+        self._refuse_rows(logits)
         return logits
+
+    def _refuse_rows(self, logits: torch.Tensor) -> None:
+        """Rows the engine refuses (enforce mode without a payload; a watermarked request whose state failed):
+        forced to the end-of-sequence id, so no unwatermarked model text leaves the engine."""
+        rows = [r for r in self.refused if r < logits.shape[0]]
+        if rows:
+            rows_t = torch.tensor(rows, device=logits.device)
+            one_hot_rows(logits, rows_t, torch.full((len(rows),), self.stop_token, device=logits.device))
 
 
 # --- Model Runner V2 (written against its interface; untested here: it needs a GPU) ------------------------
@@ -227,13 +273,15 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
     token history, so a step needs no host sync."""
 
     def __init__(self, vllm_config: Any, req_states: Any) -> None:
-        _refuse_speculative(vllm_config)
+        self.enforce, self.stop_token = _engine_start(vllm_config)
         self.req_states = req_states
         self.device = torch.device(req_states.device)
         n = int(req_states.max_num_reqs)
         self.slots = RequestSlots(n, self.device, _bundle)
         self.watermarked = torch.zeros(n, dtype=torch.bool, device=self.device)
         self.host_marked = [False] * n
+        self.refused = torch.zeros(n, dtype=torch.bool, device=self.device)  # forced to EOS (see V1)
+        self.host_refused = [False] * n
         self.generator = new_generator(self.device)
 
     @classmethod
@@ -247,10 +295,18 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
         marked = _add(self.slots, req_idx, sampling_params)
         self.watermarked[req_idx] = marked
         self.host_marked[req_idx] = marked
+        refused = not marked and (self.enforce or req_idx in self.slots.errors)
+        self.refused[req_idx] = refused
+        self.host_refused[req_idx] = refused
         return marked
 
     def apply(self, logits: torch.Tensor, ctx: Any) -> torch.Tensor:
         if not any(self.host_marked[int(s)] for s in ctx.idx_mapping_np):
+            if any(self.host_refused[int(s)] for s in ctx.idx_mapping_np):
+                refused = self.refused[ctx.expanded_idx_mapping.to(torch.int64)]
+                stop = torch.full_like(logits, float("-inf"))
+                stop[:, self.stop_token] = 0.0
+                return torch.where(refused.unsqueeze(1), stop, logits)
             return logits
         h = self.slots.sampler.h
         slots = ctx.expanded_idx_mapping.to(torch.int64)
@@ -268,12 +324,16 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
         host_slots = [int(s) for s in ctx.idx_mapping_np]  # no spec decode: one row per request
         tokens, _ = self.slots.draw(logits, rows, slots, host_slots, contexts, self.generator, every_row=True)
         for s in host_slots:
-            if self.host_marked[s] and s in self.slots.errors:  # its draw failed: served unwatermarked from now on
+            if self.host_marked[s] and s in self.slots.errors:  # its draw failed: the request ends (EOS)
                 self.host_marked[s] = False
                 self.watermarked[s] = False
+                self.host_refused[s] = True
+                self.refused[s] = True
         keep = self.watermarked[slots]
+        refused = self.refused[slots]
+        tokens = torch.where(refused, torch.full_like(tokens, self.stop_token), tokens)
         onehot = torch.full_like(logits, float("-inf")).scatter_(1, tokens.unsqueeze(1), 0.0)
-        return torch.where(keep.unsqueeze(1), onehot, logits)
+        return torch.where((keep | refused).unsqueeze(1), onehot, logits)
 
 
 class HeroLogitsProcessor(HeroV2LogitsProcessor):

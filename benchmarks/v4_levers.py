@@ -283,6 +283,7 @@ def analyse(args: argparse.Namespace) -> None:
                 cell["model200_N256"] = rate(detect(lvl1, 200, 256, alpha=ALPHA))
             cell["model50_N4"] = rate(detect(lvl1, n50, 4, alpha=ALPHA))
             cell["model100_N4"] = rate(detect(lvl1, n100, 4, alpha=ALPHA))
+            cell["model100_N256"] = rate(detect(lvl1, n100, 256, alpha=ALPHA))
             # model-aware user, generator weights (the generator's own in-chunk probabilities: an upper bound on
             # a re-run without the prompt), linear statistic of spec 16.1 with clip 4
             for n_tok in (100, 200) if T >= 200 else (100,):

@@ -113,3 +113,73 @@ def test_enforce_mode_refuses_a_request_without_payload(engine, monkeypatch):
     ok = llm.generate(["Hello", "The history of the printing press"],
                       SamplingParams(max_tokens=4, extra_args={"hero": {"model": 1, "user": 2}}))
     assert [len(o.outputs[0].token_ids) for o in ok] == [4, 4]
+
+
+def _processor(tmp_path, monkeypatch, enforce: bool):
+    """The legacy-runner processor as vLLM's engine builds it (a stub config: no engine start), keys from files."""
+    from types import SimpleNamespace
+
+    from verifier.provider import vllm as plugin
+
+    profile = default_profile()
+    keyset = make_keyset(profile)
+    for k, v in write_bundle(tmp_path, profile, keyset).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv(plugin.ENV_ENFORCE, "1" if enforce else "0")
+    monkeypatch.setattr(plugin, "_KEYS", None)  # this test's keys; the module's are back after it
+    config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=8), speculative_config=None,
+                             model_config=SimpleNamespace(hf_text_config=SimpleNamespace(eos_token_id=[2]),
+                                                          hf_config=None))
+    proc = plugin.HeroLogitsProcessor(config, "cpu", False)
+    proc.config = config
+    return proc, profile, keyset
+
+
+@pytest.mark.parametrize("enforce", [False, True])
+def test_bad_requests_beside_good_ones_fail_alone_in_the_engine_step(tmp_path, monkeypatch, enforce):
+    """Past admission (another frontend, a race with a rotation): a malformed payload and a prompt-embeds request
+    with a payload are ended (EOS) alone; the good rows are drawn watermarked; a plain row passes untouched unless
+    enforce mode is on (then it is ended too). No exception leaves the step."""
+    import torch
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    proc, _, _ = _processor(tmp_path, monkeypatch, enforce)
+    good = {"hero": {"model": 37, "user": 1234}}
+    params = [SamplingParams(temperature=1.0, extra_args=good), SamplingParams(temperature=1.0, extra_args={
+        "hero": {"user": "x"}}), SamplingParams(temperature=1.0, extra_args=good),
+              SamplingParams(temperature=1.0, extra_args={"hero_model": 1, "hero_user": 7}),
+              SamplingParams(temperature=1.0)]
+    prompts = [[5, 6, 7, 8], [5, 6, 7], None, [9, 10, 11, 12, 13], [5, 6]]  # row 2: prompt embeddings
+    outputs: list[list[int]] = [[] for _ in params]
+    proc.update_state(BatchUpdate(batch_size=5, removed=[], moved=[], added=[
+        (i, sp, prompt, out) for i, (sp, prompt, out) in enumerate(zip(params, prompts, outputs, strict=True))]))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        logits = torch.randn(5, 49152, generator=gen)
+        plain = logits[4].clone()
+        out = proc.apply(logits)
+        assert torch.isfinite(out).sum(dim=1).tolist()[:4] == [1, 1, 1, 1]
+        picked = out.argmax(dim=1).tolist()
+        assert picked[1] == 2 and picked[2] == 2  # malformed payload, prompt embeds: ended
+        assert picked[0] != 2 or picked[3] != 2
+        if enforce:
+            assert picked[4] == 2 and torch.isfinite(out[4]).sum() == 1
+        else:
+            assert torch.equal(out[4], plain)
+        for i, t in enumerate(picked):
+            outputs[i].append(t)
+    assert set(proc.slots.errors) == {1, 2}
+    assert proc.slots.samplers[0] is not None and proc.slots.samplers[3] is not None
+
+
+def test_engine_start_builds_the_keys_once_and_fails_fast_on_a_bad_bundle(tmp_path, monkeypatch):
+    from verifier.provider import vllm as plugin
+    from verifier.provider.bundle import BundleError
+
+    proc, _, _ = _processor(tmp_path, monkeypatch, False)
+    assert plugin._KEYS is not None and proc.slots is not None  # built in the constructor, not at a request
+    (tmp_path / "bundle").write_bytes(b"HRB3 not a bundle")
+    plugin.reset_keys()
+    with pytest.raises(BundleError):
+        plugin.HeroLogitsProcessor(proc.config, "cpu", False)

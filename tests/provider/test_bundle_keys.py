@@ -78,3 +78,35 @@ def test_expired_bundle_stops_watermarked_generation_and_a_refresh_resumes_it(tm
         assert slots.add(1, {"model": 1, "user": 2}) and 1 not in slots.errors
     finally:
         keys._source.stop()
+
+
+def test_every_generation_path_refuses_an_expired_bundle(monkeypatch):
+    """BundleSampler.step, logits_processor, generate, HeroWatermarkingConfig and BundleSource: BundleExpired."""
+    import torch
+
+    from tests.vectors.make_generation_vector import fixed_keyset, opened_bundle
+    from verifier.engine.profile import v1_profile
+    from verifier.provider.hf import HeroWatermarkingConfig
+    from verifier.provider.refresh import BundleSource
+    from verifier.provider.sampling import BundleSampler, RequestState, generate, logits_processor
+
+    profile = v1_profile()
+    bundle = opened_bundle(profile, fixed_keyset(profile))
+    sampler = BundleSampler(bundle)
+    args = (torch.zeros(1, profile.vocab_size), torch.zeros(1, profile.context_width, dtype=torch.int64),
+            sampler.payload({"model": 1, "user": 2}).unsqueeze(0))
+    sampler.step(*args, [RequestState()])  # fresh: draws
+    monkeypatch.setattr(GenerationBundle, "expired", lambda self, now=None: True)
+    with pytest.raises(BundleExpired, match="expired at"):
+        sampler.step(*args, [RequestState()])
+    with pytest.raises(BundleExpired):
+        logits_processor(bundle, [{"model": 1, "user": 2}])
+    with pytest.raises(BundleExpired):
+        generate(None, None, bundle, ["x"], [{"model": 1, "user": 2}])
+    with pytest.raises(BundleExpired):
+        HeroWatermarkingConfig(bundle, [{"model": 1, "user": 2}])
+    source = BundleSource(b"\0" * 32, "t", service_key=bundles.SERVICE_VKEY, base_url="http://127.0.0.1:9",
+                          timeout_s=2)
+    source._bundle = bundle  # installed earlier; the verifier is unreachable now
+    with pytest.raises(BundleExpired):
+        source.bundle

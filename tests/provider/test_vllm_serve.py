@@ -35,7 +35,7 @@ from verifier.engine.decoder import Decoder
 from verifier.engine.profile import default_profile
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
-TOKENS = 200
+TOKENS = int(os.environ.get("HERO_VLLM_SERVE_TOKENS", "200"))  # per choice (fewer on a loaded machine)
 START_TIMEOUT_S = float(os.environ.get("HERO_VLLM_SERVE_START_S", "600"))
 
 
@@ -93,8 +93,9 @@ def server():
 
 
 def _body(chat: bool, stream: bool, xargs: dict | None, n: int = 2, tokens: int = TOKENS) -> dict:
+    # every drawn token in the text (a chat answer past its end-of-turn too), so the text re-tokenizes to them
     body = {"model": "smollm2", "n": n, "max_tokens": tokens, "temperature": 1.0, "stream": stream,
-            "ignore_eos": True, "min_tokens": tokens}
+            "ignore_eos": True, "min_tokens": tokens, "skip_special_tokens": False}
     if chat:
         body["messages"] = [{"role": "user", "content": "Tell me about the history of the printing press."}]
     else:
@@ -109,12 +110,12 @@ def _texts(base: str, chat: bool, stream: bool, xargs: dict | None) -> list[str]
     path = "/v1/chat/completions" if chat else "/v1/completions"
     body = _body(chat, stream, xargs)
     if not stream:
-        r = httpx.post(base + path, json=body, timeout=600)
+        r = httpx.post(base + path, json=body, timeout=1800)
         assert r.status_code == 200, r.text
         choices = sorted(r.json()["choices"], key=lambda c: c["index"])
         return [c["message"]["content"] if chat else c["text"] for c in choices]
     parts: dict[int, list[str]] = {}
-    with httpx.stream("POST", base + path, json=body, timeout=600) as r:
+    with httpx.stream("POST", base + path, json=body, timeout=1800) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -136,12 +137,13 @@ def test_vllm_xargs_payloads_decode_to_their_exact_users(server):
         texts = [f.result() for f in futures]
     dec = Decoder(profile, {1: [keyset.tables[0]], 2: [keyset.tables[1]]})
     tokenizer = load_tokenizer("smollm2")
+    found = []
     for (chat, stream, model, user), pair in zip(cases, texts, strict=True):
         assert len(pair) == 2 and pair[0] != pair[1], (chat, stream)
         for r in dec.decode_texts(pair, tokenizer):
-            assert r.watermarked and r.p_value < 1e-6, (chat, stream, r)
-            assert r.levels[1].fields["user"] == user, (chat, stream, r)
-            assert r.levels[0].fields["model"] in (model, None), (chat, stream, r)
+            found.append((chat, stream, user, r.p_value, r.levels[1].fields.get("user"),
+                          r.levels[0].fields.get("model") in (model, None)))
+    assert all(p < 1e-6 and got == user and model_ok for _, _, user, p, got, model_ok in found), found
 
 
 @pytest.mark.parametrize("chat", [False, True])

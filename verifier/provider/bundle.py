@@ -481,6 +481,12 @@ class GenerationBundle:
     def expired(self, now: datetime | None = None) -> bool:
         return (now or datetime.now(UTC)) >= self.expires_at
 
+    def require_fresh(self) -> None:
+        """BundleExpired once `expires_at` has passed: every generation path stops watermarking with it."""
+        if self.expired():
+            raise BundleExpired(f"bundle {self.bundle_id} expired at {self.expires_at.isoformat()}; "
+                                "fetch a fresh one (BundleSource, POST /v1/keys/generation-bundle)")
+
 
 def open_bundle(
     bundle: str | bytes,

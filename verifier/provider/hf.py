@@ -60,8 +60,7 @@ class HeroWatermarkingConfig(BaseWatermarkingConfig):
     def validate(self) -> None:
         if not self._payloads:
             raise ValueError("HeroWatermarkingConfig needs one payload per batch row")
-        if self._bundle.expired():
-            raise ValueError(f"bundle {self._bundle.bundle_id} has expired; fetch a fresh one")
+        self._bundle.require_fresh()  # BundleExpired (a ValueError)
 
     def construct_processor(self, vocab_size: int, device: str | torch.device | None = None) -> HeroWatermarkProcessor:
         profile = self._bundle.profile

@@ -91,14 +91,20 @@ class BundleSource:
 
     @property
     def bundle(self) -> GenerationBundle:
-        """The current bundle (fetching the first one if needed)."""
+        """The current bundle (fetching the first one, or a fresh one for an expired one, if needed);
+        BundleExpired when the only bundle there is has expired."""
         with self._lock:
             current = self._bundle
-        if current is None:
-            self.refresh()
+        if current is None or current.expired():
+            try:
+                self.refresh()
+            except Exception:
+                if current is None:
+                    raise
             with self._lock:
                 current = self._bundle
         assert current is not None
+        current.require_fresh()
         return current
 
     @property

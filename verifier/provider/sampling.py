@@ -94,7 +94,9 @@ class BundleSampler:
         states: Sequence[RequestState],
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """One watermarked token per row (see the module docstring for shapes); advances each state."""
+        """One watermarked token per row (see the module docstring for shapes); advances each state.
+        BundleExpired once the bundle has expired."""
+        self.bundle.require_fresh()
         b, v = logits.shape
         if v != self.profile.vocab_size:
             raise ValueError(f"logits have {v} columns but the profile's vocab_size is {self.profile.vocab_size}")
@@ -140,6 +142,7 @@ def logits_processor(
 ) -> HeroLogitsProcessor:
     """A `LogitsProcessor` for `model.generate(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, ...)`,
     one payload per batch row; it applies the given warpers itself. One processor per `generate` call."""
+    bundle.require_fresh()
     return HeroLogitsProcessor(bundle.profile, bundle.keyset, payloads, make_warpers(temperature, top_k, top_p),
                                device=device, generator=generator)
 
@@ -176,6 +179,7 @@ def generate(
         raise ValueError("one payload per prompt")
     for p in payloads:
         encode_payload(bundle.profile, p)  # validate before generating
+    bundle.require_fresh()
     gens: list[Generation] = generate_watermarked(
         model, tokenizer, prompts, payloads, bundle.profile, bundle.keyset, max_new_tokens=max_new_tokens,
         min_new_tokens=min_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,

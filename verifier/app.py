@@ -287,6 +287,6 @@ def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env (a
     """The app from the environment, its tokenizer loaded now: a worker's first request must not pay for it."""
     app = create_app(get_settings())
     ctx = app.state.ctx
-    ctx.tokenizers(ctx.profile.tokenizer)
+    ctx.tokenizers.for_profile(ctx.profile)
     freeze_startup_heap()
     return app

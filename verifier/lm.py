@@ -21,9 +21,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verifier.resources import hero_home
+
+if TYPE_CHECKING:
+    from verifier.engine.profile import Profile
 
 __all__ = [
     "CONTEXT_LENGTHS",
@@ -31,12 +34,17 @@ __all__ = [
     "LockedTokenizer",
     "ModelUnavailable",
     "TokenizerCache",
+    "TokenizerMismatch",
     "cache_dir",
     "cache_root",
+    "check_profile_tokenizer",
     "load_model",
     "load_tokenizer",
     "model_names",
     "tokenize_in_calling_thread",
+    "tokenizer_dir",
+    "tokenizer_fingerprint",
+    "tokenizer_vocab_size",
 ]
 
 # Logits width (== model.config.vocab_size == len(tokenizer)), measured on the shipped weights.
@@ -48,6 +56,11 @@ CONTEXT_LENGTHS: dict[str, int] = {"smollm2": 8192, "gemma3-270m": 32768}
 
 class ModelUnavailable(RuntimeError):
     """The package that ships a model's weights is not installed (the message says how to install)."""
+
+
+class TokenizerMismatch(ValueError):
+    """The tokenizer a profile names is not the one its keys were made with (different fingerprint or a larger
+    vocabulary): decoding with it would score other token ids and report real watermarked text as human."""
 
 
 @dataclass(frozen=True)
@@ -147,26 +160,129 @@ class TokenizerCache:
     def __init__(self, loader: Callable[[str], Any] | None = None) -> None:
         self._load = loader or load_tokenizer
         self._tokenizers: dict[str, LockedTokenizer] = {}
+        self._checked: set[tuple] = set()
         self._lock = threading.Lock()
 
-    def __call__(self, name: str) -> LockedTokenizer:
+    def __call__(self, name: str, revision: str | None = None) -> LockedTokenizer:
+        key = name if revision is None else f"{name}\0{revision}"
         with self._lock:
-            if name not in self._tokenizers:
-                self._tokenizers[name] = LockedTokenizer(self._load(name))
-            return self._tokenizers[name]
+            if key not in self._tokenizers:
+                tok = self._load(name) if revision is None else self._load(name, revision=revision)
+                self._tokenizers[key] = LockedTokenizer(tok)
+            return self._tokenizers[key]
+
+    def for_profile(self, profile: Profile) -> LockedTokenizer:
+        """The profile's tokenizer (name or path, revision), checked once against the fingerprint and vocabulary
+        size the profile records: a different tokenizer is refused (TokenizerMismatch), never used."""
+        tok = self(profile.tokenizer, profile.tokenizer_revision)
+        key = (profile.tokenizer, profile.tokenizer_revision, profile.tokenizer_fingerprint, profile.vocab_size)
+        if key not in self._checked:
+            check_profile_tokenizer(profile, tok._tok)
+            with self._lock:
+                self._checked.add(key)
+        return tok
 
     def clear(self) -> None:
         with self._lock:
             self._tokenizers.clear()
+            self._checked.clear()
 
 
-def load_tokenizer(name: str = "smollm2") -> Any:
-    """Only the tokenizer: from the converted cache when present (fast), else from the GGUF file.
+# Files that define a tokenizer's token ids (tokenizer.json alone when present): what its fingerprint covers.
+_VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.model", "vocab.txt", "added_tokens.json")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", *_VOCAB_FILES)
+
+
+def is_builtin(name: str) -> bool:
+    """A model shipped as a package (verifier.lm _SPECS), as opposed to a hub id or a local directory."""
+    return name in _SPECS
+
+
+def tokenizer_dir(name: str, revision: str | None = None) -> Path | None:
+    """The folder holding a tokenizer's files: a built-in's converted copy (None before its first conversion), a
+    local directory, or a hub id's snapshot in the local Hugging Face cache (HF_HUB_OFFLINE=1: the cache only)."""
+    if is_builtin(name):
+        return _cached(_SPECS[name])
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, revision=revision, allow_patterns=[*_TOKENIZER_FILES, "config.json"]))
+    except Exception as exc:  # offline miss, unknown repo, bad revision, invalid id: one actionable line
+        raise ValueError(
+            f"tokenizer {name!r}: not a built-in ({', '.join(model_names())}), a local directory, or a hub id"
+            f"{f' at revision {revision!r}' if revision else ''} in the local Hugging Face cache "
+            f"({exc.__class__.__name__})"
+        ) from None
+
+
+def tokenizer_fingerprint(name: str, revision: str | None = None) -> str:
+    """SHA-256 (hex) of the tokenizer's tokenizer.json, or of its vocabulary and merges files when it has none,
+    or (a built-in not converted yet) of its vocabulary as loaded. The same fingerprint means the same ids."""
+    import hashlib
+
+    folder = tokenizer_dir(name, revision)
+    if folder is not None and (folder / "tokenizer.json").is_file():
+        return hashlib.sha256((folder / "tokenizer.json").read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    files = [f for f in _VOCAB_FILES if folder is not None and (folder / f).is_file()]
+    if files:
+        for f in files:
+            data = (folder / f).read_bytes()  # type: ignore[operator]
+            h.update(f"{f}\0{len(data)}\0".encode())
+            h.update(data)
+        return h.hexdigest()
+    import json
+
+    vocab = load_tokenizer(name, revision).get_vocab()
+    h.update(json.dumps(sorted(vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False).encode())
+    return h.hexdigest()
+
+
+def tokenizer_vocab_size(tokenizer: Any) -> int | None:
+    """Token ids the tokenizer can produce (added tokens included): ids the profile's vocabulary must cover.
+    None for an object that does not say (a test double)."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is not None and hasattr(backend, "get_vocab_size"):
+        return int(backend.get_vocab_size(with_added_tokens=True))
+    try:
+        return len(tokenizer)
+    except TypeError:
+        return None
+
+
+def check_profile_tokenizer(profile: Profile, tokenizer: Any) -> None:
+    """Refuse, in one line, a tokenizer that is not the one the profile's keys were made with."""
+    if profile.tokenizer_fingerprint is not None:
+        got = tokenizer_fingerprint(profile.tokenizer, profile.tokenizer_revision)
+        if got != profile.tokenizer_fingerprint:
+            raise TokenizerMismatch(
+                f"profile {profile.name!r}: tokenizer {profile.tokenizer!r} has fingerprint {got[:16]}, the "
+                f"profile's keys were made with {profile.tokenizer_fingerprint[:16]}; refusing to decode with a "
+                "different tokenizer (restore it, or pin its revision)"
+            )
+    size = tokenizer_vocab_size(tokenizer)
+    if size is not None and size > profile.vocab_size:
+        raise TokenizerMismatch(
+            f"profile {profile.name!r}: tokenizer {profile.tokenizer!r} has {size} tokens, more than the profile's "
+            f"vocab_size {profile.vocab_size}"
+        )
+
+
+def load_tokenizer(name: str = "smollm2", revision: str | None = None) -> Any:
+    """Only the tokenizer. A built-in: from the converted cache when present (fast), else from the GGUF file. Any
+    other name: AutoTokenizer.from_pretrained(name, revision=revision), a local directory or a hub id (offline
+    from the local cache with HF_HUB_OFFLINE=1).
 
     Not memoised: callers may change padding_side etc. on the object they get.
     """
     from transformers import AutoTokenizer
 
+    if not is_builtin(name):
+        folder = tokenizer_dir(name, revision)  # one clear line when it cannot be found
+        return _prepare_tokenizer(AutoTokenizer.from_pretrained(str(folder)))
     spec = _spec(name)
     cached = _cached(spec)
     if cached is not None:

@@ -238,6 +238,9 @@ class FastTokenizer:
 
         self._tokenizer = Tokenizer.from_file(path)  # `encode_batch_fast`: what verifier.lm.encode_ids calls
 
+    def __len__(self) -> int:
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
     def __call__(self, texts: str | list[str], add_special_tokens: bool = False,
                  return_offsets_mapping: bool = False, **_: Any) -> dict[str, Any]:
         one = isinstance(texts, str)
@@ -248,12 +251,17 @@ class FastTokenizer:
         return {k: v[0] for k, v in out.items()} if one else out
 
 
-def decode_tokenizer(name: str) -> Any:
-    """The decode path's tokenizer: FastTokenizer when the converted model holds tokenizer.json, else the
-    transformers one (verifier.lm.load_tokenizer, from the GGUF file)."""
-    from verifier.lm import cache_dir, load_tokenizer
+def decode_tokenizer(name: str, revision: str | None = None) -> Any:
+    """The decode path's tokenizer: FastTokenizer when the converted model (or the local directory, or the hub
+    id's cached snapshot) holds tokenizer.json, else the transformers one (verifier.lm.load_tokenizer)."""
+    from verifier.lm import cache_dir, is_builtin, load_tokenizer, tokenizer_dir
 
-    path = cache_dir(name) / "tokenizer.json"
-    if (cache_dir(name) / "config.json").is_file() and path.is_file():
-        return FastTokenizer(str(path))
-    return load_tokenizer(name)
+    if is_builtin(name):
+        path = cache_dir(name) / "tokenizer.json"
+        if (cache_dir(name) / "config.json").is_file() and path.is_file():
+            return FastTokenizer(str(path))
+        return load_tokenizer(name)
+    folder = tokenizer_dir(name, revision)
+    if folder is not None and (folder / "tokenizer.json").is_file():
+        return FastTokenizer(str(folder / "tokenizer.json"))
+    return load_tokenizer(name, revision)

@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     # HERO_PROFILE; unset: the profile of the deployment's keys, or NEW_DEPLOYMENT_PROFILE for a new deployment
     # (verifier/keys/deployment.py)
     profile: str | None = None
+    # HERO_PROFILES_DIR: the deployment's own profiles (`hero profile new`), searched before the shipped ones; read
+    # from the environment by verifier.engine.profile.resolve_profile, declared here so it is validated and listed
+    profiles_dir: Path | None = None
 
     # Keys at rest
     kek_provider: Literal["local", "openbao", "aws-kms", "pkcs11"] = "local"

@@ -84,7 +84,7 @@ class ServiceContext:
         return min(self.settings.model_aware_max_tokens, CONTEXT_LENGTHS.get(self.profile.tokenizer, 1 << 30))
 
     def _lm_tokens(self, texts: Sequence[str], per_request: bool) -> int:
-        lengths = [len(x) for x in self.tokenizers(self.profile.tokenizer).encode_ids(list(texts))]
+        lengths = [len(x) for x in self.tokenizers.for_profile(self.profile).encode_ids(list(texts))]
         return check_lm_tokens(lengths, self.lm_token_cap(),
                                self.settings.model_aware_max_request_tokens if per_request else None)
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("verifier.cli.jobs", "decode jobs on a running service (HERO_URL, HERO_TOKEN): submit, status, results"),
     "eval": ("verifier.cli.evaluate", "evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)"),
     "providers": ("verifier.cli.providers", "register / list / revoke generation providers (sealed key bundles)"),
+    "profile": ("verifier.cli.profile", "a deployment's own profiles (HERO_PROFILES_DIR): new"),
 }
 
 

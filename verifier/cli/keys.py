@@ -74,7 +74,9 @@ def cmd_init(args: argparse.Namespace) -> None:
             f"(HERO_PROFILE) would be a second profile beside them. Unset HERO_PROFILE to use the existing keys, "
             f"or pass --profile {name} to create the second profile anyway"
         )
-    profile = resolve_profile(name)
+    from verifier.cli.profile import pin_tokenizer
+
+    profile = pin_tokenizer(name, resolve_profile(name))  # the tokenizer the keys are made with, recorded
     versions = store.initialize(profile, cli_actor())
     if others:
         print(f"hero: note: this deployment now has keys for profiles {', '.join([*others, profile.name])}; "

@@ -135,7 +135,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
         target, factory = create_app(settings), False
         ctx = target.state.ctx
-        ctx.tokenizers(ctx.profile.tokenizer)  # load now, not on the first request
+        ctx.tokenizers.for_profile(ctx.profile)  # load now, not on the first request
         freeze_startup_heap()
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server

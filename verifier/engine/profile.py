@@ -7,6 +7,7 @@ Notation follows the paper: HeRo^L(b_1..b_L), K segments, chunk schedule K_1..K_
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ MAX_VALUE_BITS = 16  # a per-value level is decoded by trying all 2^bits values
 NEW_DEPLOYMENT_PROFILE = "v3"
 V2_WINDOWS = 8  # spec v2: scored tokens are scored in 8 windows (prefix/suffix scans of mixed texts)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+PROFILES_DIR_ENV = "HERO_PROFILES_DIR"  # a deployment's own profiles, searched before the shipped ones
 
 
 class ProfileError(ValueError):
@@ -83,6 +86,10 @@ class Profile:
     tokenizer: str = "smollm2"
     spec_version: int = 1
     routing: str = "contiguous"  # vocabulary layout for chunk routing: contiguous | interleaved
+    # `tokenizer` is a built-in name (verifier/lm.py), a Hugging Face hub id or a local directory; a hub id's
+    # revision pin, and the SHA-256 of the tokenizer the keys were made with (a different one is refused)
+    tokenizer_revision: str | None = None
+    tokenizer_fingerprint: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -136,6 +143,8 @@ class Profile:
             "context_width": self.context_width,
             "segments": self.segments,
             "tokenizer": self.tokenizer,
+            **({"revision": self.tokenizer_revision} if self.tokenizer_revision is not None else {}),
+            **({"tokenizer_fingerprint": self.tokenizer_fingerprint} if self.tokenizer_fingerprint else {}),
             "routing": self.routing,
             "levels": [
                 {
@@ -275,10 +284,17 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
     if routing not in ("contiguous", "interleaved"):
         raise ProfileError(f"{where}: routing must be 'contiguous' or 'interleaved', got {routing!r}")
     tokenizer = data.get("tokenizer", "smollm2")
-    if not isinstance(tokenizer, str):
-        raise ProfileError(f"{where}: 'tokenizer' must be a string")
+    if not isinstance(tokenizer, str) or not tokenizer:
+        raise ProfileError(f"{where}: 'tokenizer' must be a non-empty string")
+    revision = data.get("revision")
+    if revision is not None and (not isinstance(revision, str) or not revision):
+        raise ProfileError(f"{where}: 'revision' must be a non-empty string (a hub branch, tag or commit)")
+    fingerprint = data.get("tokenizer_fingerprint")
+    if fingerprint is not None and (not isinstance(fingerprint, str) or not _SHA256_RE.match(fingerprint)):
+        raise ProfileError(f"{where}: 'tokenizer_fingerprint' must be 64 lowercase hex digits (a SHA-256)")
     return Profile(name=name, vocab_size=vocab, segments=segments, levels=levels, context_width=h,
-                   tokenizer=tokenizer, spec_version=spec_version, routing=routing)
+                   tokenizer=tokenizer, spec_version=spec_version, routing=routing, tokenizer_revision=revision,
+                   tokenizer_fingerprint=fingerprint)
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -292,12 +308,29 @@ def load_profile(path: str | Path) -> Profile:
 
 
 PROFILES_DIR = project_root() / "policies" / "profiles"
+_FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a profile name, never a path
+
+
+def deployment_profiles_dir() -> Path | None:
+    """$HERO_PROFILES_DIR (read at each call): where a deployment keeps its own profiles, outside the package."""
+    explicit = os.environ.get(PROFILES_DIR_ENV)
+    return Path(explicit).expanduser() if explicit else None
+
+
+def profile_path(name_or_path: str) -> Path:
+    """The YAML file a profile name means: $HERO_PROFILES_DIR/NAME.yaml, else policies/profiles/NAME.yaml, else
+    the argument as a path."""
+    for folder in (deployment_profiles_dir(), PROFILES_DIR):
+        if folder is not None and _FILE_NAME_RE.match(name_or_path):
+            path = folder / f"{name_or_path}.yaml"
+            if path.exists():
+                return path
+    return Path(name_or_path)
 
 
 def resolve_profile(name_or_path: str) -> Profile:
-    """A profile by name (a file under policies/profiles) or by path to a YAML file."""
-    path = PROFILES_DIR / f"{name_or_path}.yaml"
-    return load_profile(path if path.exists() else name_or_path)
+    """A profile by name (a file under $HERO_PROFILES_DIR, then policies/profiles) or by path to a YAML file."""
+    return load_profile(profile_path(name_or_path))
 
 
 def default_profile() -> Profile:

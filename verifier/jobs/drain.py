@@ -196,7 +196,7 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
                 profile = dc.profiles(first.job.profile)
                 # The job's level under the policy in force now: one that tightened since fails the job (403).
                 level = dc.policy.grant(first.job.role, profile, first.job.max_level).level
-                prepare = partial(_prepare, dc.store.kek, dek, dc.runner.tokenizers(profile.tokenizer))
+                prepare = partial(_prepare, dc.store.kek, dek, dc.runner.tokenizers.for_profile(profile))
             except KekUnreachable:  # nothing is lost: the items wait, untried, until the KEK answers again
                 jobs.release(dc.db, first)
                 log.warning("KEK unreachable: job waits", extra={"job_id": job_id})

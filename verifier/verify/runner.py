@@ -118,8 +118,8 @@ class Runner:
         entry = self.cache.get(job.profile, job.level)  # levels 1..job.level only
         ids = job.token_ids
         if ids is None and job.expect:  # tokenized once for the decode and the one-value test
-            ids = token_ids(self.tokenizers(job.profile.tokenizer), list(job.texts))
-        tokenizer = _Tokenized(ids) if ids is not None else self.tokenizers(job.profile.tokenizer)
+            ids = token_ids(self.tokenizers.for_profile(job.profile), list(job.texts))
+        tokenizer = _Tokenized(ids) if ids is not None else self.tokenizers.for_profile(job.profile)
         decoder = self._decoder(entry, job.profile, job.device, job.alpha)
         if self.scorer is None:
             raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer, job.device,
@@ -162,7 +162,7 @@ class Runner:
         """Level-1 decode of one text and, when its value is released, each scored token's evidence for it as
         (character start, character end, score). Level-1 material only, whatever the caller's role."""
         entry = self.cache.get(profile, 1)
-        tokenizer = self.tokenizers(profile.tokenizer)
+        tokenizer = self.tokenizers.for_profile(profile)
         enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         decoder = entry.prepared  # the cache prepares one for every entry (None: no usable level-1 version)
         if decoder is None:

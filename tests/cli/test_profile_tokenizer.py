@@ -1,0 +1,108 @@
+"""A deployment's own profile on a tokenizer by local directory (`hero profile new`, HERO_PROFILES_DIR): keys,
+watermarked tokens, decode to the exact user; the same profile on another tokenizer is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from verifier.cli import main
+from verifier.lm import TokenizerMismatch, cache_root
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _smollm2_tokenizer_dir() -> Path:
+    found = sorted(cache_root().glob("smollm2-*/tokenizer.json"))
+    if not found:
+        pytest.skip("the converted SmolLM2 model (its tokenizer.json) is not in the model cache")
+    return found[-1].parent
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy(src / name, dst / name)
+    return dst
+
+
+def _cli(capsys, *argv: str) -> tuple[int, dict | None, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def _watermarked_ids(profile, keyset, payload: dict, tokenizer, n: int = 160) -> list[int]:
+    """`n` watermarked draws on random logits over space-prefixed lowercase words (ids that re-tokenize to
+    themselves once decoded to text)."""
+    from verifier.engine.generation import HeroLogitsProcessor
+
+    vocab = tokenizer.get_vocab()
+    words = sorted(i for t, i in vocab.items() if t.startswith("Ġ") and t[1:].isalpha() and t[1:].islower()
+                   and len(t) > 3)
+    gen = torch.Generator().manual_seed(7)
+    proc = HeroLogitsProcessor(profile, keyset, [payload], generator=torch.Generator().manual_seed(1))
+    seq = torch.tensor([tokenizer.encode(" the history of", add_special_tokens=False)])
+    for _ in range(n):
+        scores = torch.full((1, profile.vocab_size), float("-inf"))
+        scores[0, words] = torch.randn(len(words), generator=gen)
+        seq = torch.cat([seq, proc(seq, scores).argmax(-1, keepdim=True)], dim=1)
+    return seq[0, -n:].tolist()
+
+
+@pytest.mark.slow
+def test_profile_on_a_local_tokenizer_decodes_its_user_and_refuses_another(tmp_path, monkeypatch, capsys):
+    from verifier.lm import load_tokenizer
+    from verifier.offline import LocalHero
+
+    tok_a = _copy_tokenizer(_smollm2_tokenizer_dir(), tmp_path / "tok-a")
+    monkeypatch.setenv("HERO_PROFILES_DIR", str(tmp_path / "profiles"))
+    code, out, err = _cli(capsys, "profile", "new", "mine", "--from", "v3", "--tokenizer", str(tok_a))
+    assert code == 0, err
+    assert out["vocab_size"] == 49152 and len(out["tokenizer_fingerprint"]) == 64
+    assert Path(out["path"]).is_file() and Path(out["path"]).parent == tmp_path / "profiles"
+    code, out, err = _cli(capsys, "keys", "init", "--profile", "mine")
+    assert code == 0 and out["profile"] == "mine", err
+
+    with LocalHero(profile="mine") as hero:
+        assert hero.profile.tokenizer == str(tok_a.resolve())
+        keyset = hero.store.active_keyset(hero.profile)
+        tokenizer = load_tokenizer(str(tok_a))
+        ids = _watermarked_ids(hero.profile, keyset, {"model": 37, "user": 1234}, tokenizer)
+        text = tokenizer.decode(ids)
+        (res,) = hero.decode([text], max_level=2)
+    assert res["watermarked"]
+    fields = {k: v for lv in res["levels"] for k, v in (lv.get("fields") or {}).items()}
+    assert fields.get("user") == 1234 and fields.get("model") == 37
+
+    # the same profile, its tokenizer path now naming another tokenizer (two vocabulary entries swapped)
+    tok_b = _copy_tokenizer(tok_a, tmp_path / "tok-b")
+    data = json.loads((tok_b / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    vocab["Ġhistory"], vocab["Ġprinting"] = vocab["Ġprinting"], vocab["Ġhistory"]
+    (tok_b / "tokenizer.json").write_text(json.dumps(data))
+    shutil.rmtree(tok_a)
+    tok_b.rename(tok_a)
+    with LocalHero(profile="mine") as hero, pytest.raises(TokenizerMismatch) as err_info:
+        hero.decode([text], max_level=2)
+    message = str(err_info.value)
+    assert "\n" not in message and "'mine'" in message and "fingerprint" in message
+    code, _, err = _cli(capsys, "keys", "init", "--profile", "mine")  # keys on it refused too
+    assert code != 0 and "fingerprint" in err
+
+
+def test_profile_new_needs_the_directory_and_keeps_shipped_names(tmp_path, monkeypatch, capsys):
+    tok = _copy_tokenizer(_smollm2_tokenizer_dir(), tmp_path / "tok")
+    monkeypatch.delenv("HERO_PROFILES_DIR", raising=False)
+    code, _, err = _cli(capsys, "profile", "new", "mine", "--from", "v3", "--tokenizer", str(tok))
+    assert code != 0 and "HERO_PROFILES_DIR" in err
+    monkeypatch.setenv("HERO_PROFILES_DIR", str(tmp_path / "profiles"))
+    code, _, err = _cli(capsys, "profile", "new", "v3", "--from", "v3", "--tokenizer", str(tok))
+    assert code != 0 and "shipped" in err
+    code, _, err = _cli(capsys, "profile", "new", "mine", "--from", "v3", "--tokenizer", str(tmp_path / "nowhere"))
+    assert code != 0 and "nowhere" in err and "\n" not in err.strip()

@@ -1,0 +1,112 @@
+"""`hero profile new`: a deployment's own profile (its tokenizer by hub id or local path) under HERO_PROFILES_DIR.
+
+The profile file records the tokenizer's fingerprint and vocabulary size. The file is where the fingerprint lives
+(not the key store) because the profile is what every decode path, worker and provider bundle already reads by
+name, so one check covers them all, and no database schema changes: a tokenizer whose fingerprint differs from
+the file's is refused in one line (verifier.lm.check_profile_tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from verifier.cli.common import emit
+
+if TYPE_CHECKING:
+    from verifier.engine.profile import Profile
+
+_NEW_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="a deployment's own profiles (HERO_PROFILES_DIR)")
+    ps = p.add_subparsers(dest="profile_command", required=True)
+    new = ps.add_parser("new", help="write HERO_PROFILES_DIR/NAME.yaml: a profile on another tokenizer")
+    new.add_argument("name", help="the new profile's name (lowercase letters, digits, _ and -)")
+    new.add_argument("--from", dest="source", required=True, help="the profile (name or YAML path) to copy")
+    new.add_argument("--tokenizer", required=True,
+                     help="a built-in model name, a Hugging Face hub id (from the local cache) or a local directory")
+    new.add_argument("--revision", default=None, help="pin a hub revision (branch, tag or commit)")
+    new.set_defaults(handler=cmd_new)
+
+
+def model_vocab_size(tokenizer_name: str, revision: str | None, tokenizer_size: int) -> int:
+    """The logits width: the tokenizer's size, or the model's config.json vocab_size when that is larger
+    (models pad their embedding, e.g. Qwen 151,936 over 151,665 tokens)."""
+    from verifier.lm import tokenizer_dir
+
+    folder = tokenizer_dir(tokenizer_name, revision)
+    config = folder / "config.json" if folder is not None else None
+    if config is not None and config.is_file():
+        try:
+            declared = json.loads(config.read_text()).get("vocab_size")
+        except (OSError, ValueError):
+            declared = None
+        if isinstance(declared, int) and not isinstance(declared, bool):
+            return max(declared, tokenizer_size)
+    return tokenizer_size
+
+
+def cmd_new(args: argparse.Namespace) -> None:
+    import yaml
+
+    from verifier.engine.profile import PROFILES_DIR, deployment_profiles_dir, profile_from_dict, resolve_profile
+    from verifier.lm import load_tokenizer, tokenizer_fingerprint, tokenizer_vocab_size
+
+    folder = deployment_profiles_dir()
+    if folder is None:
+        raise ValueError("set HERO_PROFILES_DIR to the directory that holds this deployment's profiles")
+    if not _NEW_NAME_RE.match(args.name):
+        raise ValueError(f"profile name {args.name!r} must match {_NEW_NAME_RE.pattern}")
+    if (PROFILES_DIR / f"{args.name}.yaml").exists():
+        raise ValueError(f"{args.name!r} is a shipped profile's name; choose another")
+    target = folder / f"{args.name}.yaml"
+    if target.exists():
+        raise ValueError(f"{target} exists; remove it first or choose another name")
+    base = resolve_profile(args.source)
+    size = tokenizer_vocab_size(load_tokenizer(args.tokenizer, args.revision))
+    if size is None:
+        raise ValueError(f"tokenizer {args.tokenizer!r} does not report its vocabulary size")
+    tokenizer = str(Path(args.tokenizer).expanduser().resolve()) if Path(args.tokenizer).expanduser().is_dir() \
+        else args.tokenizer
+    data = base.to_dict()
+    data.update(name=args.name, tokenizer=tokenizer,
+                vocab_size=model_vocab_size(args.tokenizer, args.revision, size),
+                tokenizer_fingerprint=tokenizer_fingerprint(args.tokenizer, args.revision))
+    data.pop("revision", None)
+    if args.revision:
+        data["revision"] = args.revision
+    profile = profile_from_dict(data)  # every rule checked (the chunk schedule must fit the new vocabulary)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+    tmp.replace(target)
+    emit({"profile": profile.name, "path": str(target), "tokenizer": profile.tokenizer,
+          "revision": profile.tokenizer_revision, "vocab_size": profile.vocab_size,
+          "tokenizer_fingerprint": profile.tokenizer_fingerprint})
+
+
+def pin_tokenizer(name: str, profile: Profile) -> Profile:
+    """At `hero keys init`: a profile on a tokenizer by hub id or path must match the fingerprint it records;
+    one that records none (written by hand) gets the current tokenizer's appended to its file, so the keys and
+    the tokenizer they were made with stay tied. Built-in tokenizers are pinned by their package version."""
+    from verifier.engine.profile import PROFILES_DIR, profile_path, resolve_profile
+    from verifier.lm import check_profile_tokenizer, is_builtin, load_tokenizer, tokenizer_fingerprint
+
+    if is_builtin(profile.tokenizer):
+        return profile
+    tokenizer = load_tokenizer(profile.tokenizer, profile.tokenizer_revision)
+    if profile.tokenizer_fingerprint is None:
+        path = profile_path(name)
+        if path.resolve().is_relative_to(PROFILES_DIR.resolve()):
+            raise ValueError(f"profile {profile.name!r} is shipped without a tokenizer fingerprint")
+        digest = tokenizer_fingerprint(profile.tokenizer, profile.tokenizer_revision)
+        text = path.read_text()
+        path.write_text(f"{text}{'' if text.endswith(chr(10)) else chr(10)}tokenizer_fingerprint: {digest}\n")
+        profile = resolve_profile(name)
+    check_profile_tokenizer(profile, tokenizer)
+    return profile

@@ -263,7 +263,7 @@ def check_profile_tokenizer(profile: Profile, tokenizer: Any) -> None:
                 f"profile's keys were made with {profile.tokenizer_fingerprint[:16]}; refusing to decode with a "
                 "different tokenizer (restore it, or pin its revision)"
             )
-    size = tokenizer_vocab_size(tokenizer)
+    size = tokenizer_vocab_size(tokenizer) if not is_builtin(profile.tokenizer) else None  # built-ins: measured
     if size is not None and size > profile.vocab_size:
         raise TokenizerMismatch(
             f"profile {profile.name!r}: tokenizer {profile.tokenizer!r} has {size} tokens, more than the profile's "

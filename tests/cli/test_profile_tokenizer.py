@@ -31,6 +31,15 @@ def _copy_tokenizer(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _swap_two_tokens(folder: Path) -> Path:
+    """Another tokenizer: two vocabulary entries' ids swapped in its tokenizer.json."""
+    data = json.loads((folder / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    vocab["Ġhistory"], vocab["Ġprinting"] = vocab["Ġprinting"], vocab["Ġhistory"]
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    return folder
+
+
 def _cli(capsys, *argv: str) -> tuple[int, dict | None, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -81,11 +90,7 @@ def test_profile_on_a_local_tokenizer_decodes_its_user_and_refuses_another(tmp_p
     assert fields.get("user") == 1234 and fields.get("model") == 37
 
     # the same profile, its tokenizer path now naming another tokenizer (two vocabulary entries swapped)
-    tok_b = _copy_tokenizer(tok_a, tmp_path / "tok-b")
-    data = json.loads((tok_b / "tokenizer.json").read_text())
-    vocab = data["model"]["vocab"]
-    vocab["Ġhistory"], vocab["Ġprinting"] = vocab["Ġprinting"], vocab["Ġhistory"]
-    (tok_b / "tokenizer.json").write_text(json.dumps(data))
+    tok_b = _swap_two_tokens(_copy_tokenizer(tok_a, tmp_path / "tok-b"))
     shutil.rmtree(tok_a)
     tok_b.rename(tok_a)
     with LocalHero(profile="mine") as hero, pytest.raises(TokenizerMismatch) as err_info:
@@ -106,3 +111,49 @@ def test_profile_new_needs_the_directory_and_keeps_shipped_names(tmp_path, monke
     assert code != 0 and "shipped" in err
     code, _, err = _cli(capsys, "profile", "new", "mine", "--from", "v3", "--tokenizer", str(tmp_path / "nowhere"))
     assert code != 0 and "nowhere" in err and "\n" not in err.strip()
+
+
+def _hub_cache(root: Path, repo: str, revisions: dict[str, Path]) -> None:
+    """A Hugging Face hub cache holding `repo` at each commit (its tokenizer files); refs/main names the first."""
+    folder = root / f"models--{repo.replace('/', '--')}"
+    for commit, src in revisions.items():
+        shutil.copytree(src, folder / "snapshots" / commit)
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(next(iter(revisions)))
+
+
+def test_hub_id_from_the_offline_cache_with_a_pinned_revision(tmp_path, monkeypatch, capsys):
+    """HF_HUB_OFFLINE=1: a hub id resolves from the local cache at the pinned commit; the profile records that
+    commit's fingerprint, and the same profile pointed at another commit is refused in one line."""
+    import huggingface_hub.constants as hf
+
+    from verifier.engine.profile import resolve_profile
+    from verifier.lm import TokenizerCache
+    from verifier.offline import decode_tokenizer
+
+    tok_a = _copy_tokenizer(_smollm2_tokenizer_dir(), tmp_path / "a")
+    tok_b = _copy_tokenizer(tok_a, tmp_path / "b")
+    _swap_two_tokens(tok_b)
+    first, second = "1" * 40, "2" * 40
+    _hub_cache(tmp_path / "hub", "acme/tok", {first: tok_a, second: tok_b})
+    monkeypatch.setattr(hf, "HF_HUB_CACHE", str(tmp_path / "hub"))  # read by huggingface_hub at call time
+    monkeypatch.setattr(hf, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1 (the constant is set at import)
+    monkeypatch.setenv("HERO_PROFILES_DIR", str(tmp_path / "profiles"))
+
+    code, out, err = _cli(capsys, "profile", "new", "hubbed", "--from", "v3", "--tokenizer", "acme/tok",
+                          "--revision", first)
+    assert code == 0 and out["revision"] == first, err
+    profile = resolve_profile("hubbed")
+    assert (profile.tokenizer, profile.tokenizer_revision) == ("acme/tok", first)
+    want = decode_tokenizer(str(tok_a))(" the history of")["input_ids"]
+    assert TokenizerCache(decode_tokenizer).for_profile(profile)(" the history of")["input_ids"] == want
+
+    path = tmp_path / "profiles" / "hubbed.yaml"
+    path.write_text(path.read_text().replace(first, second))
+    with pytest.raises(TokenizerMismatch, match="fingerprint") as info:
+        TokenizerCache(decode_tokenizer).for_profile(resolve_profile("hubbed"))
+    assert "\n" not in str(info.value)
+    path.write_text(path.read_text().replace(second, "3" * 40))  # a commit the cache does not hold
+    with pytest.raises(ValueError, match="local Hugging Face cache") as info:
+        TokenizerCache(decode_tokenizer).for_profile(resolve_profile("hubbed"))
+    assert "\n" not in str(info.value)

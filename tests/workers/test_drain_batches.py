@@ -217,7 +217,7 @@ def test_the_next_batch_is_tokenized_on_its_own_thread_while_this_one_decodes(sq
     monkeypatch.setattr(jobs, "complete", complete)
     dc = _context(svc, 2)
     with monkeypatch.context() as m:  # the process's runner, with a tokenizer that records its threads
-        m.setattr(dc.runner, "tokenizers", lambda _name: Recording())
+        m.setattr(dc.runner.tokenizers, "for_profile", lambda _profile: Recording())
         assert drain(dc, jid).written == 10
     assert len(threads) == 5 and all(t.startswith("hero-job-tokenize") for t in threads)
     stores = [i for i, (kind, _) in enumerate(order) if kind == "store"]

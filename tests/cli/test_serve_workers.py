@@ -97,7 +97,8 @@ def test_serve_computes_in_calling_threads_only_with_several_workers(tmp_path, m
     monkeypatch.setattr(serve_workers, "run_workers", lambda target, **kw: None)
     monkeypatch.setattr(logs, "configure_logging", lambda level: None)
     # one worker builds its app here: a stand-in, so this process neither loads the tokenizer nor freezes its heap
-    ctx = SimpleNamespace(profile=SimpleNamespace(tokenizer="smollm2"), tokenizers=lambda name: None)
+    ctx = SimpleNamespace(profile=SimpleNamespace(tokenizer="smollm2"),
+                          tokenizers=SimpleNamespace(for_profile=lambda profile: None))
     monkeypatch.setattr(app, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(ctx=ctx)))
     monkeypatch.setattr(app, "freeze_startup_heap", lambda: None)
     settings = _settings(tmp_path, NO_LIMITS)

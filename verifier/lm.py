@@ -293,13 +293,34 @@ def load_tokenizer(name: str = "smollm2", revision: str | None = None) -> Any:
     return _prepare_tokenizer(tokenizer)
 
 
-def load_model(name: str = "smollm2", device: str = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer) in eval mode, float32, on `device`; memoised per (name, device).
+def load_model(name: str = "smollm2", device: str = "cpu", revision: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) in eval mode, float32, on `device`; memoised per (name, device, revision). `name`: a
+    built-in, a local directory, or a hub id (its snapshot in the local Hugging Face cache, as for tokenizers).
 
     The same objects are returned to every caller in the process: treat them as read-only.
     """
-    _spec(name)  # fail fast, and keep bad names out of the lru cache
+    if is_builtin(name):
+        revision = None
+    else:
+        name = str(model_dir(name, revision))  # fail fast, and keep bad names out of the lru cache
     return _load_model_cached(name, device)
+
+
+def model_dir(name: str, revision: str | None = None) -> Path:
+    """The folder of a model given by local directory or hub id (the whole snapshot, weights included)."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local.resolve()
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, revision=revision))
+    except Exception as exc:  # offline miss, unknown repo, bad revision, invalid id: one actionable line
+        raise ValueError(
+            f"unknown model {name!r}: not a built-in ({', '.join(model_names())}), a local directory, or a hub id"
+            f"{f' at revision {revision!r}' if revision else ''} in the local Hugging Face cache "
+            f"({exc.__class__.__name__})"
+        ) from None
 
 
 @functools.cache
@@ -307,10 +328,13 @@ def _load_model_cached(name: str, device: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    spec = _spec(name)
-    cached = _cached(spec)
-    if cached is None:
-        cached = _convert(spec)
+    if is_builtin(name):
+        spec = _spec(name)
+        cached = _cached(spec)
+        if cached is None:
+            cached = _convert(spec)
+    else:
+        cached = Path(name)
     model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32)
     tokenizer = _prepare_tokenizer(AutoTokenizer.from_pretrained(cached))
     model.to(device)

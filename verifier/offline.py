@@ -85,11 +85,9 @@ class LocalHero:
     def model(self, name: str = "smollm2") -> tuple[Any, Any]:
         """(model, tokenizer), loaded once; says on `progress` what the first load does and how long it took."""
         if name not in self._models:
-            from verifier.lm import cache_dir, load_model, model_names
+            from verifier.lm import cache_dir, is_builtin, load_model
 
-            if name not in model_names():
-                raise ValueError(f"unknown model {name!r}; choose one of {model_names()}")
-            if not (cache_dir(name) / "config.json").is_file():
+            if is_builtin(name) and not (cache_dir(name) / "config.json").is_file():
                 self.progress(f"first use of {name!r}: converting its GGUF weights to a float32 model under "
                               f"{cache_dir(name)} (30-100 s, once; later runs load the converted copy)")
             self.progress(f"loading {name!r}...")

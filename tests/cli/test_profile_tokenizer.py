@@ -157,3 +157,26 @@ def test_hub_id_from_the_offline_cache_with_a_pinned_revision(tmp_path, monkeypa
     with pytest.raises(ValueError, match="local Hugging Face cache") as info:
         TokenizerCache(decode_tokenizer).for_profile(resolve_profile("hubbed"))
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_generation_with_a_model_by_local_directory(tmp_path, monkeypatch, capsys):
+    """The model used for generation given by directory (a tiny random Llama beside the SmolLM2 tokenizer):
+    LocalHero generates with the profile's keys and the text decodes to the exact user."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from verifier.offline import LocalHero
+
+    folder = _copy_tokenizer(_smollm2_tokenizer_dir(), tmp_path / "tiny")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    monkeypatch.setenv("HERO_PROFILES_DIR", str(tmp_path / "profiles"))
+    assert _cli(capsys, "profile", "new", "tiny", "--from", "v3", "--tokenizer", str(folder))[0] == 0
+    assert _cli(capsys, "keys", "init", "--profile", "tiny")[0] == 0
+    with LocalHero(profile="tiny") as hero:
+        (gen,) = hero.generate(["The history of"], [{"model": 37, "user": 1234}], model=hero.profile.tokenizer,
+                               max_new_tokens=160, min_new_tokens=160)
+        (res,) = hero.decode([gen["text"]], max_level=2)
+    fields = {k: v for lv in res["levels"] for k, v in (lv.get("fields") or {}).items()}
+    assert res["watermarked"] and fields.get("user") == 1234, res

@@ -10,6 +10,7 @@ import pytest
 
 from verifier.cli.serve import MAX_AUTO_WORKERS, _workers_arg, resolve_workers
 from verifier.cli.serve_workers import OMP_NUM_THREADS
+from verifier.keys.bootstrap import init_secrets
 from verifier.lm import TOKENIZERS_PARALLELISM
 from verifier.settings import Settings
 
@@ -22,6 +23,12 @@ def _settings(tmp_path, roles: str, **kw) -> Settings:
     path.write_text(roles)
     base = {"home": tmp_path / "home", "roles_file": path, "database_url": f"sqlite:///{tmp_path / 'x.db'}"}
     return Settings(**{**base, **kw})
+
+
+def _with_secrets(settings: Settings) -> Settings:
+    """What `hero kek init` makes once per deployment: `hero serve` outside dev mode refuses to start without it."""
+    init_secrets(settings)
+    return settings
 
 
 def test_auto_is_one_per_core_without_quotas(tmp_path):
@@ -74,7 +81,7 @@ def test_serve_logs_the_warning(tmp_path, monkeypatch):
     monkeypatch.setattr(serve_workers, "run_workers", lambda target, **kw: calls.update(kw, target=target))
     monkeypatch.setattr(logs, "configure_logging", lambda level: None)  # global handlers stay as the suite set them
     monkeypatch.setattr(serve.log, "warning", lambda msg, *a, **kw: warnings.append(msg))
-    settings = _settings(tmp_path, LIMITS)
+    settings = _with_secrets(_settings(tmp_path, LIMITS))
     args = argparse.Namespace(workers=2, host=None, port=None, hero_settings=settings)
     serve.cmd_serve(args)
     assert calls["workers"] == 2 and calls["factory"] is True and calls["target"] == "verifier.app:app_from_env"
@@ -101,7 +108,7 @@ def test_serve_computes_in_calling_threads_only_with_several_workers(tmp_path, m
                           tokenizers=SimpleNamespace(for_profile=lambda profile: None))
     monkeypatch.setattr(app, "create_app", lambda settings: SimpleNamespace(state=SimpleNamespace(ctx=ctx)))
     monkeypatch.setattr(app, "freeze_startup_heap", lambda: None)
-    settings = _settings(tmp_path, NO_LIMITS)
+    settings = _with_secrets(_settings(tmp_path, NO_LIMITS))
     serve.cmd_serve(argparse.Namespace(workers=workers, host=None, port=None, hero_settings=settings))
     assert (os.environ.get(TOKENIZERS_PARALLELISM) == "false") is serial
     assert (os.environ.get(OMP_NUM_THREADS) == "1") is serial  # the kernel and torch: one thread per worker

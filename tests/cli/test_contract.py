@@ -111,9 +111,10 @@ def test_generate_then_decode_round_trip(capsys, smollm2):
     assert pub["tokens_scored"] > 100 and 0 <= pub["p_value"] < 1e-4
     code, full, _ = run(capsys, "decode", "--levels", "1,2", "--text", gen["text"])
     assert code == 0 and [set(lv["fields"]) for lv in full["levels"]] == [{"model"}, {"user"}]
-    assert full["spec_version"] == 2 and "mixed-sources" not in full["flags"]
-    # Spec v2: the whole 12-bit user is decoded by maximum likelihood (>= 0.99 at 100+ tokens, see
-    # docs/spec.md); level 1 (2-bit segments) releases a model only when every segment has evidence.
+    # a new deployment is set up with NEW_DEPLOYMENT_PROFILE (v3: both levels keyed per whole value)
+    assert full["spec_version"] == 3 and "mixed-sources" not in full["flags"]
+    # The whole 12-bit user is decoded by maximum likelihood (>= 0.99 at 100+ tokens, see docs/spec.md); the
+    # public model (maximum likelihood over 256 values) is released only with evidence, and then the right one.
     assert full["levels"][1]["status"] == "decoded" and full["levels"][1]["fields"] == {"user": 1234}
     assert full["levels"][0]["fields"]["model"] in (37, None)
     assert full["levels"][1]["confidence"] > 0.9 and all(0 <= lv["confidence"] <= 1 for lv in full["levels"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from verifier.engine.payload import PayloadError, decode_fields, encode_payload, parse_field_args
-from verifier.engine.profile import ProfileError, default_profile, make_profile, profile_from_dict
+from verifier.engine.profile import SPEC_VERSIONS, ProfileError, default_profile, make_profile, profile_from_dict
 
 
 def test_default_profile_is_paper_hero2_2_2_24_bits():
@@ -71,7 +71,7 @@ def test_per_value_level_carries_the_whole_value_in_every_segment():
         (lambda d: d["levels"][1]["fields"][0].update(name="model"), "defined twice"),
         (lambda d: d["levels"][0]["fields"][0].update(name="Bad Name"), "must match"),
         (lambda d: d.update(vocab_size=10), "exceeds vocab_size"),
-        (lambda d: d.update(spec_version=4), "not supported"),
+        (lambda d: d.update(spec_version=max(SPEC_VERSIONS) + 1), "not supported"),
         (lambda d: d["levels"][0].update(encoding="value"), "needs spec_version 3"),
         (lambda d: d["levels"][1].update(encoding="rows"), "encoding must be one of"),
         (lambda d: d.update(spec_version=1), "needs spec_version 2"),

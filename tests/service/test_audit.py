@@ -121,11 +121,10 @@ def test_events_pagination(svc):
 def test_fail_closed_when_audit_append_fails(lite, monkeypatch):
     lite.init_keys()
 
-    def boom(db, events, *a):
+    def boom(db, prepare, *a, **kw):
         raise AuditUnavailable("audit log unavailable (OperationalError)")
 
-    monkeypatch.setattr("verifier.verify.service.record", boom)
-    monkeypatch.setattr("verifier.verify.service.record_with_receipts", boom)
+    monkeypatch.setattr("verifier.verify.service.record_prepared", boom)  # the one append of a verify batch
     r = lite.client.post("/v1/verify", headers=lite.auth("auditor"), json={"texts": [TEXT]})
     assert r.status_code == 503
     assert "results" not in r.json() and "audit" in r.json()["detail"]

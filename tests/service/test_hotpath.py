@@ -180,10 +180,10 @@ def test_audit_failure_fails_every_caller_of_the_batch(lite, make_service, monke
     lite.init_keys()
     batched = make_service(lite.settings.db_url, verify_batch_window_ms=50)
 
-    def boom(db, events, *a):
+    def boom(db, prepare, *a, **kw):
         raise AuditUnavailable("audit log unavailable (OperationalError)")
 
-    monkeypatch.setattr("verifier.verify.service.record_with_receipts", boom)
+    monkeypatch.setattr("verifier.verify.service.record_prepared", boom)  # the one append of a verify batch
     out = _parallel(8, lambda i: batched.client.post("/v1/verify", headers=batched.auth("moderator"),
                                                       json={"texts": [TEXTS[i % 4]]}))
     for r in out:

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--min-new-tokens", type=int, default=0, help="no end-of-text before this many tokens (longer = surer decode)"
     )
-    p.add_argument("--model", default="smollm2")
+    p.add_argument("--model", default=None,
+                   help="a built-in name, a local directory or a hub id; default: the profile's tokenizer's model")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -126,11 +127,12 @@ def cmd_generate(args: argparse.Namespace) -> None:
 def _generate(hero, args: argparse.Namespace, prompts: list[str], payloads: list[dict[str, int]]) -> list[dict]:
     from tqdm import tqdm
 
-    hero.model(args.model)  # load first: the bar then counts generated tokens only
+    model = args.model or hero.profile.tokenizer  # the model the profile's tokenizer belongs to
+    hero.model(model)  # load first: the bar then counts generated tokens only
     bar = tqdm(total=args.max_new_tokens * -(-len(prompts) // args.batch_size), desc="generating", unit="step",
                file=sys.stderr, leave=False, disable=None)  # disable=None: no bar when stderr is not a terminal
     with bar:
-        return hero.generate(prompts, payloads, model=args.model, max_new_tokens=args.max_new_tokens,
+        return hero.generate(prompts, payloads, model=model, max_new_tokens=args.max_new_tokens,
                              min_new_tokens=args.min_new_tokens, temperature=args.temperature, top_k=args.top_k,
                              top_p=args.top_p, opening_nats=args.opening_nats, chat=args.chat,
                              batch_size=args.batch_size, on_step=lambda: bar.update(1))

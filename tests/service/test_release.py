@@ -74,7 +74,9 @@ def test_input_checks():
         check_texts(["a", "b"], 1, 100)
     with pytest.raises(TooLarge):
         check_texts(["abc"], 5, 2)
-    with pytest.raises(InvalidInput, match="text 1 is empty"):
+    with pytest.raises(InvalidInput, match="text 2 is empty"):  # texts are numbered from 1
         check_texts(["a", "  "], 5, 100)
+    with pytest.raises(InvalidInput, match="text 1 is empty"):
+        check_texts(["", "a"], 5, 100)
     with pytest.raises(InvalidInput, match="lone surrogate"):
         check_texts(["\ud800"], 5, 100)

@@ -36,6 +36,26 @@ def test_large_body_of_non_strings_stops_at_its_first_item():
     assert parse_flat_object('{"texts":["a"],"max_level":1}', frozenset({"texts"})) == {"texts": ["a"], "max_level": 1}
 
 
+def test_large_verify_body_takes_per_text_expect_objects_and_stops_at_the_first_bad_one():
+    """/v1/verify's items are strings or {"text", "expect"} objects: a large body parsed off the loop takes both,
+    and an object that is no TextIn is refused at its own index before the rest is built."""
+    from fastapi import HTTPException
+
+    from verifier.api.bodies import object_item_fields, parse_flat_object
+    from verifier.verify.schemas import VerifyIn
+
+    objects = object_item_fields(VerifyIn)
+    assert set(objects) == {"texts"}
+    body = '{"texts":["a",{"text":"b","expect":{"model":3}}],"max_level":1}'
+    parsed = parse_flat_object(body, frozenset({"texts"}), objects)
+    assert VerifyIn.model_validate(parsed).text_expects() == [None, {"model": 3}]
+    for bad, where in (('{"texts":["a",' + ",".join(["{}"] * 100_000) + "]}", "texts.1.TextIn.text"),
+                       ('{"texts":[{"text":"a","x":1}]}', "texts.0.TextIn.x"), ('{"texts":["a",[1]]}', "texts.1:")):
+        with pytest.raises(HTTPException) as err:
+            parse_flat_object(bad, frozenset({"texts"}), objects)
+        assert err.value.status_code == 422 and err.value.detail.startswith(where), err.value.detail
+
+
 @pytest.mark.parametrize("n", [1_000_000, 100_000])  # 2 MB (parsed off the loop) and 200 kB (json.loads)
 @pytest.mark.parametrize("path", ["/v1/jobs", "/v1/verify"])
 def test_non_string_items_give_one_error(lite, path, n):

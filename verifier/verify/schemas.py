@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, StrictStr, Tag, WrapValidator
+from pydantic_core import PydanticCustomError
 
 from verifier.audit.schemas import ReceiptOut
 
@@ -17,9 +18,24 @@ class TextIn(BaseModel):
     expect: dict[str, StrictInt] | None = Field(default=None, examples=[{"model": 37}])
 
 
+def _one_item_error(value: Any, handler: Any) -> Any:
+    """An item that is neither a string nor an object is one error naming the item (`texts.N`), not one per
+    branch of the union; an object is checked as a TextIn only."""
+    if not isinstance(value, str | dict):
+        raise PydanticCustomError("string_type", "Input should be a valid string")
+    return handler(value)
+
+
+TextItem = Annotated[
+    Annotated[StrictStr, Tag("str")] | Annotated[TextIn, Tag("TextIn")],
+    Discriminator(lambda v: "TextIn" if isinstance(v, dict) else "str"),
+    WrapValidator(_one_item_error),
+]
+
+
 class VerifyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    texts: list[StrictStr | TextIn] = Field(
+    texts: list[TextItem] = Field(
         min_length=1,
         fail_fast=True,  # one error for a list of a million non-strings, not a million error objects
         description="texts to verify (UTF-8; limits: HERO_MAX_TEXTS, HERO_MAX_TEXT_CHARS): strings, or "

@@ -18,6 +18,8 @@ SAFE_FIELDS = (
     "workers",  # server worker processes (hero serve)
     "op",  # a KEK provider call that failed (verifier.keys.kek_*): the operation, never its data
     "retired",  # how many KEK versions a rotation retired (a count)
+    "host", "port",  # where a job worker's metrics server listens (verifier.jobs.observe)
+    "decodes",  # how many decodes run past their deadline (/readyz answering 503)
 )
 
 

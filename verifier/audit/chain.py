@@ -65,7 +65,8 @@ def canonical_row(row: AuditEventRow | AppendedEvent) -> bytes:
     """`canonical(row_fields(row))`, written directly: the keys and their order are fixed, so only the values need
     encoding, each with the string escaper json's own encoder uses (ensure_ascii). About 4x cheaper per event
     than a dict plus the encoder. A value of any other type than the columns' (str, None where nullable, an int
-    idx) goes through `canonical` itself, so the bytes are the same for every row (tests/service/test_audit_fastpaths.py)."""
+    idx) goes through `canonical` itself, so the bytes are the same for every row
+    (tests/service/test_audit_fastpaths.py)."""
     idx, created_at, action, subject, role, jti, levels, key_version, text_sha256, outcome, detail = _hashed_values(row)
     if type(idx) is int:  # bool or int subclasses: json and str() may spell them differently
         try:

@@ -27,11 +27,14 @@ def test_a_jobs_trace_id_is_in_the_api_and_the_worker_log_lines(pg_url, redis_se
     root.addHandler(handler)
     old_level = root.level
     root.setLevel(logging.INFO)
-    worker = Process([sys.executable, "-m", "verifier.cli", "worker", "--pool", "solo", "--hostname", "trace@%h"],
-                     _env(hero_home, pg_url, HERO_BROKER_URL=redis_server.url, HERO_TRACING="1"),
-                     tmp_path / "worker.log")
+    worker = None
     try:
+        # the service first: it makes the deployment's secrets (`hero kek init`), which a worker outside dev mode
+        # refuses to start without
         svc = make_service(pg_url, broker_url=redis_server.url, tracing=True)
+        worker = Process([sys.executable, "-m", "verifier.cli", "worker", "--pool", "solo", "--hostname",
+                          "trace@%h"], _env(hero_home, pg_url, HERO_BROKER_URL=redis_server.url, HERO_TRACING="1"),
+                         tmp_path / "worker.log")
         svc.init_keys()
         texts = make_texts(svc, 5, steps=40)
         jid = svc.submit(texts, "admin")
@@ -40,7 +43,8 @@ def test_a_jobs_trace_id_is_in_the_api_and_the_worker_log_lines(pg_url, redis_se
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
-        worker.stop()
+        if worker is not None:
+            worker.stop()
     api_lines = [json.loads(ln) for ln in api_log.getvalue().splitlines() if ln.startswith("{")]
     posts = [ln for ln in api_lines if ln.get("path") == "/v1/jobs" and ln.get("method") == "POST"]
     assert len(posts) == 1 and len(posts[0].get("trace_id", "")) == 32, posts

@@ -334,7 +334,7 @@ def test_repr_holds_no_key_material():
 @pytest.mark.skipif(not HAS_TRITON, reason="triton not installed")
 def test_triton_step_in_interpreter():
     """The Triton kernel on the CPU through TRITON_INTERPRET=1 (own process: the flag is read at import)."""
-    code = ("import sys; sys.path.insert(0, 'tests'); import test_fused_step as t\n"
+    code = ("import sys; sys.path.insert(0, 'tests/gpu'); import test_fused_step as t\n"
             "t.check_backend('triton', dtypes=(__import__('torch').float64,), n_random=6)\n"
             "for spec in (1, 2):\n    t.check_marks('triton', spec, steps=8)\n"
             "t.check_marks('triton', 2, slotted=True, steps=8)\n"

@@ -259,7 +259,7 @@ def test_triton_kernel_bit_exact_in_interpreter():
     cases; within 1e-12 on the per-value cases (600 candidates; the spec v2 vectors), where numpy's vectorised
     log (the interpreter's) differs from libm's in the last bit for a few lanes (integer work stays exact)."""
     code = (
-        "import random, sys; sys.path.insert(0, 'tests'); import test_kernels as tk; "
+        "import random, sys; sys.path.insert(0, '.'); import tests.gpu.test_kernels as tk; "
         "from gpu import triton_kernels as T\n"
         "for s in range(4):\n"
         "    case = tk._case(random.Random(s))\n"

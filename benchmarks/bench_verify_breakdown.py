@@ -42,7 +42,7 @@ def main() -> None:
     from verifier.engine.profile import resolve_profile
     from verifier.lm import load_tokenizer
     from verifier.settings import Settings
-    from verifier.verify.release import audit_events, shape
+    from verifier.verify.disclosure import audit_events, shape
 
     settings = Settings(home=home, database_url=a.database_url, auto_migrate=True, profile=a.profile)
     ctx = build_context(settings)

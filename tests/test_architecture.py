@@ -27,7 +27,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gpu": set(),
     "base": set(),
     "engine": {"gpu", "base"},
-    "lm": {"base"},
+    "lm": {"base", "engine"},  # engine: the profile whose tokenizer it checks (TokenizerCache.for_profile)
     "audit": {"base"},
     "keys": {"base", "engine", "audit"},
     "auth": {"base", "engine", "audit"},  # engine: the profile's depth bounds a grant
@@ -159,7 +159,8 @@ def test_the_walk_sees_real_imports():
     assert "verifier.provider.sampling" in g["verifier.provider"]  # the SDK's lazy names
     assert "verifier.keys.kek_openbao" in g["verifier.keys.kek"]  # "module:factory" of the KEK providers
     assert not {d for d in g["verifier.lm"] if d.startswith("verifier.")} - {"verifier.resources", "verifier.errors",
-                                                                              "verifier.settings", "verifier.logs"}
+                                                                              "verifier.settings", "verifier.logs",
+                                                                              "verifier.engine.profile"}
 
 
 def test_a_module_loaded_by_name_is_an_import():

@@ -156,14 +156,14 @@ def test_dev_sign_in_mints_a_working_token_per_role_only_in_dev_mode_and_locally
 
 def _recorded_actions() -> set[str]:
     """Every action literal the service's code passes where it makes an audit event: AuditEvent(action=... or first
-    argument), AuditEvent.of(actor, action), release.audit_events(action=...) and its default, and the keys /
+    argument), AuditEvent.of(actor, action), disclosure.audit_events(action=...) and its default, and the keys /
     providers helpers that build one (_audit(s, actor, ACTION, ..), _event(actor, ACTION))."""
     import ast
     from pathlib import Path
 
     import verifier
 
-    # AuditEvent.of(actor, ACTION, ..) and release.audit_events(.., action=ACTION) (its default counts too)
+    # AuditEvent.of(actor, ACTION, ..) and disclosure.audit_events(.., action=ACTION) (its default counts too)
     position = {"AuditEvent": 0, "of": 1, "_event": 1, "_audit": 2, "audit_events": 4}
     found: set[str] = set()
     for path in Path(verifier.__file__).parent.rglob("*.py"):

@@ -28,7 +28,7 @@ from verifier.process import build_process
 from verifier.ratelimit import MemoryCounter, RateLimiter, make_rate_limiter
 from verifier.settings import Settings
 from verifier.verify.batcher import Batcher
-from verifier.verify.release import charge_quota, check_lm_tokens, check_texts
+from verifier.verify.disclosure import charge_quota, check_lm_tokens, check_texts
 from verifier.verify.runner import DecodeRunner
 from verifier.verify.service import batch_worker
 

@@ -17,9 +17,9 @@ from verifier.audit.service import record
 from verifier.auth.policy import Grant
 from verifier.auth.principal import Principal
 from verifier.errors import DomainError, InvalidInput
+from verifier.verify.disclosure import check_texts
 from verifier.verify.evidence import token_evidence
 from verifier.verify.expect import check_cap, refusal_events
-from verifier.verify.release import check_texts
 from verifier.verify.runner import DecodeJob
 from verifier.verify.schemas import EvidenceIn, EvidenceOut, VerifyIn, VerifyOut
 from verifier.verify.service import VerifyRequest, expected_levels, verify_texts

@@ -29,7 +29,7 @@ from verifier.jobs import service as jobs
 from verifier.keys.kek import KekUnreachable
 from verifier.keys.service import DbKeyStore
 from verifier.settings import Settings
-from verifier.verify.release import audit_events
+from verifier.verify.disclosure import audit_events
 from verifier.verify.runner import DecodeJob, Runner
 
 log = logging.getLogger("hero.jobs")

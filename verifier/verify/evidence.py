@@ -12,7 +12,7 @@ from verifier.audit.service import Actor, AuditEvent, record_with_receipts, text
 from verifier.audit.signer import LogSigner
 from verifier.db import Database
 from verifier.engine.profile import Profile
-from verifier.verify.release import outcome
+from verifier.verify.disclosure import outcome
 
 
 def token_evidence(runner, db: Database, profile: Profile, text: str, actor: Actor, signer: LogSigner,

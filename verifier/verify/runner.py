@@ -25,8 +25,8 @@ from verifier.keys.decodable import VerificationMaterial
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
 from verifier.verify.decode import TextNotDecodable, decode_material
+from verifier.verify.disclosure import shape
 from verifier.verify.expect import CORRECTION
-from verifier.verify.release import shape
 
 
 @dataclass(frozen=True)

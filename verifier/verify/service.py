@@ -23,7 +23,7 @@ from verifier.engine.profile import Profile
 from verifier.errors import Forbidden, InvalidInput
 from verifier.metrics import DISCLOSURES, VERIFY_SECONDS, VERIFY_TEXTS
 from verifier.verify import expect
-from verifier.verify.release import audit_events
+from verifier.verify.disclosure import audit_events
 from verifier.verify.runner import DecodeJob, DecodeRunner
 
 

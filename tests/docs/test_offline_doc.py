@@ -23,6 +23,6 @@ def test_the_offline_example_runs_as_written(hero_home):
     r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.strip().splitlines()
-    assert lines[:2] == ["{'model': 37, 'user': 3001} 60 {'1': 'l1-v1', '2': 'l2-v1'}",
-                         "{'model': 38, 'user': 3002} 60 {'1': 'l1-v1', '2': 'l2-v1'}"], lines
+    assert lines[:2] == ["{'model': 37, 'user': 3001} 100 {'1': 'l1-v1', '2': 'l2-v1'}",
+                         "{'model': 38, 'user': 3002} 100 {'1': 'l1-v1', '2': 'l2-v1'}"], lines
     assert lines[2:] == ["True {'model': 37} True", "True {'model': 38} True"], lines

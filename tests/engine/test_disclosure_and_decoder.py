@@ -12,7 +12,7 @@ from scipy import stats as sps
 
 from gpu import prf
 from gpu.partition import routing_paths
-from tests.helpers.keys import make_keyset
+from tests.helpers.keys import fixed_keyset, make_keyset
 from tests.helpers.synthetic import bit_errors, generate
 from verifier.engine.decoder import DecodeError, Decoder
 from verifier.engine.keys import KeySet
@@ -115,7 +115,8 @@ def test_short_text_reports_undecoded_segments_not_nan():
 
 
 def test_rotated_versions_report_matching_version_with_correction():
-    old, new = make_keyset(PROFILE, 1), make_keyset(PROFILE, 2)
+    # fixed key sets: with fresh ones a level-1 segment of a 200-token text was short of evidence in ~1 % of runs
+    old, new = fixed_keyset(PROFILE, 1), fixed_keyset(PROFILE, 2)
     new = KeySet(tuple(type(t)(t.level, f"l{t.level}-v2", t.entries, t.position) for t in new.tables))
     ids_old = generate(PROFILE, old, [{"level1": 77, "level2": 3000}], 200, seed=4).tolist()
     ids_new = generate(PROFILE, new, [{"level1": 1234, "level2": 42}], 200, seed=5).tolist()

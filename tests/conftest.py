@@ -36,6 +36,11 @@ def hero_home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv(
         "HERO_MODEL_CACHE", os.environ.get("HERO_MODEL_CACHE", str(Path.home() / ".hero" / "models"))
     )
+    # A test that runs `hero serve --workers N` in this process sets PROMETHEUS_MULTIPROC_DIR (the supervisor's
+    # multiprocess mode); set-then-delete records it as absent, so teardown removes it and later tests' /metrics
+    # read this process's counters again.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     return home
 
 

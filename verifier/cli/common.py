@@ -66,6 +66,20 @@ def open_store(settings: Settings | None = None) -> DbKeyStore:
     return process.open_store(settings or cli_settings())
 
 
+def read_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 file (`-`: standard input) for the batch commands; a clear ValueError otherwise."""
+    from pathlib import Path
+
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+
+
 def emit(obj: object) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from verifier.cli.common import add_profile_arg, cli_settings, emit
+from verifier.cli.common import add_profile_arg, cli_settings, emit, read_lines
 
 SERVICE_TIMEOUT_S = 120.0
 REMOTE_CHUNK = 32  # texts per POST /v1/verify (the service's default HERO_MAX_TEXTS)
@@ -149,14 +149,7 @@ def cmd_decode(args: argparse.Namespace) -> None:
 
 def read_items(path: str) -> list[tuple[str, dict[str, int] | None]]:
     """The texts (and their own `expect`) of a JSON-lines file; errors name the line."""
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        lines = raw.decode("utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text") from None
+    lines = read_lines(path)
     items: list[tuple[str, dict[str, int] | None]] = []
     for n, line in enumerate(lines, start=1):
         if not line.strip():

@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from verifier.cli.common import add_profile_arg, cli_settings, emit
+from verifier.cli.common import add_profile_arg, cli_settings, emit, read_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,14 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def read_prompts(path: str, defaults: dict[str, int]) -> tuple[list[str], list[dict[str, int]]]:
     """The prompts and payloads of a JSON-lines file; errors name the line."""
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        lines = raw.decode("utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text") from None
+    lines = read_lines(path)
     prompts: list[str] = []
     payloads: list[dict[str, int]] = []
     for n, line in enumerate(lines, start=1):

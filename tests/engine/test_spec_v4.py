@@ -20,8 +20,9 @@ from scipy import stats as sps
 
 from gpu import cpu_kernel, prf
 from gpu.evidence import segment_scores
-from gpu.scoring import LevelKeys, ScoringSpec
+from gpu.scoring import LevelKeys
 from gpu.step import SPEC_VERSIONS, FusedSampler
+from tests.engine.test_spec_v3 import _cases as _decode_cases  # the vectors' decode cases have one layout
 from verifier.engine import reference as R
 from verifier.engine.decoder import Decoder
 from verifier.engine.keys import (
@@ -69,18 +70,6 @@ def test_v4_vectors_keys_and_draws(v4):
         for w in v["words"]:
             assert R.random_u32((s0, s1), w["j"]) == w["u32"] and R.evidence(w["u32"]) == w["evidence"]
             assert int(prf.random_u32_indexed(ts0, ts1, torch.tensor([[w["j"]]]))) == w["u32"]
-
-
-def _decode_cases(v4):
-    for v in v4["decode"]:
-        tables = [(t["level"], [bytes.fromhex(k) for k in t["keys"]], t["per_value"], bytes.fromhex(t["level_key"]))
-                  for t in v["tables"]]
-        spec = ScoringSpec(v["context_width"], v["vocab_size"], tuple(v["schedule"]), v["segments"], v["stride"],
-                           v["windows"])
-        pk = prf.key_words([bytes.fromhex(v["position_key"])])
-        lk = [LevelKeys(lv, *prf.key_words(ks), per_value=pv, seed_key=prf.key_words([sk]))
-              for lv, ks, pv, sk in tables]
-        yield v, tables, spec, (pk[0][0], pk[1][0]), lk
 
 
 def test_v4_window_scores_reference(v4):

@@ -151,3 +151,19 @@ def test_chat_section_end_to_end(smollm2, tmp_path, request) -> None:
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert "chat" in saved["cells"]
     assert (tmp_path / "out" / "tables.md").read_text().startswith("# ")
+
+
+def test_ks_sides_tell_anticonservative_from_conservative() -> None:
+    """The report says which side a KS departure is on: too many small p-values (false alarms) is flagged by
+    `ks_p_small`, too few (power lost, calibration kept) by `ks_p_large`; uniform p-values by neither."""
+    from verifier.evaluation.attribution_eval import ks_uniform
+    from verifier.evaluation.report_chat import ks_text
+
+    rng = np.random.default_rng(0)
+    u = rng.uniform(size=2000)
+    uniform, small, large = ks_uniform(u), ks_uniform(u**1.3), ks_uniform(u**0.7)
+    assert uniform["ks_p_small"] > 0.01 and uniform["ks_p_large"] > 0.01
+    assert small["ks_p_small"] < 1e-6 and small["ks_p_large"] > 0.5
+    assert large["ks_p_large"] < 1e-6 and large["ks_p_small"] > 0.5
+    assert small["p_le_0.1"] > 0.1 > large["p_le_0.1"]
+    assert "too many small p: KS p = " in ks_text(small)

@@ -84,16 +84,27 @@ def evaluate(sec) -> None:
 def _ks_uniform(atts: Sequence[Attribution]) -> dict:
     """Calibration on human text (no key ever touched it): the whole-text and the `user`-level p-values
     against Uniform(0, 1), Kolmogorov-Smirnov; undecodable texts (too short) are left out."""
-    from scipy import stats as sps
 
     out: dict = {}
     for name, vals in (("text", [a.score for a in atts if a.status != "undecodable"]),
                        ("user_level", [-a.extra["level_log10_p"] for a in atts if "level_log10_p" in a.extra])):
         p = [10.0 ** -v for v in vals]
         if p:
-            ks = sps.kstest(p, "uniform")
-            out[name] = {"n": len(p), "ks_statistic": float(ks.statistic), "ks_p": float(ks.pvalue)}
+            out[name] = ks_uniform(p)
     return out
+
+
+def ks_uniform(p: Sequence[float]) -> dict:
+    """KS against Uniform(0, 1), two-sided and each side: `ks_p_small` tests for too many small p-values (the
+    anti-conservative side, the one that would make false alarms), `ks_p_large` for too few (conservative: a
+    departure there costs power, never calibration); plus the observed rates at 1e-2 and 1e-1."""
+    from scipy import stats as sps
+
+    two = sps.kstest(p, "uniform")
+    return {"n": len(p), "ks_statistic": float(two.statistic), "ks_p": float(two.pvalue),
+            "ks_p_small": float(sps.kstest(p, "uniform", alternative="greater").pvalue),
+            "ks_p_large": float(sps.kstest(p, "uniform", alternative="less").pvalue),
+            "p_le_0.01": sum(x <= 1e-2 for x in p) / len(p), "p_le_0.1": sum(x <= 0.1 for x in p) / len(p)}
 
 
 def _v1_engine_rows(folder: Path) -> dict:

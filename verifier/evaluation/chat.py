@@ -389,14 +389,11 @@ def _natural_summary(recs: Sequence[dict], scores: Sequence[float] | None) -> di
 def _calibration(p: Sequence[float]) -> dict:
     """Null p-values: how many fall at or below 1e-2 and 1e-3, and a Kolmogorov-Smirnov test against
     Uniform(0, 1) (the binomial test is discrete and conservative: the KS p-value reads high)."""
-    from scipy import stats as sps
+    from verifier.evaluation.attribution_eval import ks_uniform
 
     n = len(p)
     if not n:
         return {"n": 0}
-    ks = sps.kstest(p, "uniform")
-    return {"n": n, "p_le_0.01": metrics.proportion(sum(x <= 1e-2 for x in p), n),
-            "p_le_0.001": metrics.proportion(sum(x <= 1e-3 for x in p), n),
-            "ks_statistic": float(ks.statistic), "ks_p": float(ks.pvalue),
-            "min_p": float(min(p))}
+    return ks_uniform(p) | {"p_le_0.01": metrics.proportion(sum(x <= 1e-2 for x in p), n),
+                            "p_le_0.001": metrics.proportion(sum(x <= 1e-3 for x in p), n), "min_p": float(min(p))}
 

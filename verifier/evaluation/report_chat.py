@@ -156,10 +156,23 @@ def _wrong(att: dict, c: str, extra: dict):
 
 def _ks(att: dict, extra: dict, c: str):
     if c == SYNTHID:
-        cal = _get(extra.get(c), "calibration", "humans") or {}
-        return (f"KS p = {cal['ks_p']:.2g} (n {cal['n']})" if cal.get("n") else "-"), None
-    k = _get(att, c, "human_p_uniform", "text") or {}
-    return (f"KS p = {k['ks_p']:.2g} (n {k['n']})" if k else "-"), None
+        k = _get(extra.get(c), "calibration", "humans") or {}
+    else:
+        k = _get(att, c, "human_p_uniform", "text") or {}
+    return (ks_text(k) if k.get("n") else "-"), None
+
+
+def ks_text(k: dict) -> str:
+    """Two-sided KS p, then which side a departure is on (too many small p-values is the side that matters)."""
+    out = f"KS p = {k['ks_p']:.2g} (n {k['n']})"
+    if "ks_p_small" in k:
+        out += (f"; too many small p: KS p = {k['ks_p_small']:.2g}, too few: {k['ks_p_large']:.2g}; "
+                f"observed p <= 0.01 / 0.1: {_share(k['p_le_0.01'])} / {k['p_le_0.1']:.3f}")
+    return out
+
+
+def _share(x) -> str:
+    return f"{x['p']:.3f}" if isinstance(x, dict) else f"{x:.3f}"
 
 
 def _wrong_keys(extra: dict, c: str):

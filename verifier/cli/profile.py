@@ -1,4 +1,5 @@
-"""`hero profile new`: a deployment's own profile (its tokenizer by hub id or local path) under HERO_PROFILES_DIR.
+"""`hero profile new` / `hero profile issue`: a deployment's own profiles under HERO_PROFILES_DIR (its tokenizer by
+hub id or local path; spec v4's issued model ids).
 
 The profile file records the tokenizer's fingerprint and vocabulary size. The file is where the fingerprint lives
 (not the key store) because the profile is what every decode path, worker and provider bundle already reads by
@@ -25,13 +26,25 @@ _NEW_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="a deployment's own profiles (HERO_PROFILES_DIR)")
     ps = p.add_subparsers(dest="profile_command", required=True)
-    new = ps.add_parser("new", help="write HERO_PROFILES_DIR/NAME.yaml: a profile on another tokenizer")
+    new = ps.add_parser("new", help="write HERO_PROFILES_DIR/NAME.yaml: a profile on another tokenizer, or a spec v4 "
+                                    "profile with this deployment's issued model ids")
     new.add_argument("name", help="the new profile's name (lowercase letters, digits, _ and -)")
     new.add_argument("--from", dest="source", required=True, help="the profile (name or YAML path) to copy")
-    new.add_argument("--tokenizer", required=True,
-                     help="a built-in model name, a Hugging Face hub id (from the local cache) or a local directory")
+    new.add_argument("--tokenizer", default=None,
+                     help="a built-in model name, a Hugging Face hub id (from the local cache) or a local directory "
+                          "(default: the copied profile's)")
     new.add_argument("--revision", default=None, help="pin a hub revision (branch, tag or commit)")
+    new.add_argument("--issued", nargs="+", type=int, default=None, metavar="VALUE",
+                     help="spec v4: the values this deployment has issued at the level of --field (they replace the "
+                          "copied list; the decoder searches only these)")
+    new.add_argument("--field", default="model", help="the field whose level --issued lists (default: model)")
     new.set_defaults(handler=cmd_new)
+    issue = ps.add_parser("issue", help="append newly issued values (e.g. a new model id) to a spec v4 profile of "
+                                        "this deployment; the list only grows")
+    issue.add_argument("name", help="a profile under HERO_PROFILES_DIR")
+    issue.add_argument("values", nargs="+", type=int, metavar="VALUE")
+    issue.add_argument("--field", default="model", help="the field whose level lists the values (default: model)")
+    issue.set_defaults(handler=cmd_issue)
 
 
 def model_vocab_size(tokenizer_name: str, revision: str | None, tokenizer_size: int) -> int:
@@ -52,9 +65,8 @@ def model_vocab_size(tokenizer_name: str, revision: str | None, tokenizer_size: 
 
 
 def cmd_new(args: argparse.Namespace) -> None:
-    import yaml
 
-    from verifier.engine.profile import PROFILES_DIR, deployment_profiles_dir, profile_from_dict, resolve_profile
+    from verifier.engine.profile import PROFILES_DIR, deployment_profiles_dir, resolve_profile
     from verifier.lm import load_tokenizer, tokenizer_fingerprint, tokenizer_vocab_size
 
     folder = deployment_profiles_dir()
@@ -68,26 +80,82 @@ def cmd_new(args: argparse.Namespace) -> None:
     if target.exists():
         raise ValueError(f"{target} exists; remove it first or choose another name")
     base = resolve_profile(args.source)
-    size = tokenizer_vocab_size(load_tokenizer(args.tokenizer, args.revision))
-    if size is None:
-        raise ValueError(f"tokenizer {args.tokenizer!r} does not report its vocabulary size")
-    tokenizer = str(Path(args.tokenizer).expanduser().resolve()) if Path(args.tokenizer).expanduser().is_dir() \
-        else args.tokenizer
     data = base.to_dict()
-    data.update(name=args.name, tokenizer=tokenizer,
-                vocab_size=model_vocab_size(args.tokenizer, args.revision, size),
-                tokenizer_fingerprint=tokenizer_fingerprint(args.tokenizer, args.revision))
-    data.pop("revision", None)
-    if args.revision:
-        data["revision"] = args.revision
-    profile = profile_from_dict(data)  # every rule checked (the chunk schedule must fit the new vocabulary)
-    folder.mkdir(parents=True, exist_ok=True)
+    data["name"] = args.name
+    if args.tokenizer is None and args.issued is None:
+        raise ValueError("give --tokenizer (a profile on another tokenizer) or --issued (spec v4's issued values)")
+    if args.tokenizer is not None:
+        size = tokenizer_vocab_size(load_tokenizer(args.tokenizer, args.revision))
+        if size is None:
+            raise ValueError(f"tokenizer {args.tokenizer!r} does not report its vocabulary size")
+        path = Path(args.tokenizer).expanduser()
+        data.update(tokenizer=str(path.resolve()) if path.is_dir() else args.tokenizer,
+                    vocab_size=model_vocab_size(args.tokenizer, args.revision, size),
+                    tokenizer_fingerprint=tokenizer_fingerprint(args.tokenizer, args.revision))
+        data.pop("revision", None)
+        if args.revision:
+            data["revision"] = args.revision
+    elif args.revision:
+        raise ValueError("--revision pins the tokenizer given with --tokenizer")
+    if args.issued is not None:
+        _issued_level(data, args.field)["issued"] = sorted(set(args.issued))
+    profile = _write(target, data)
+    emit({"profile": profile.name, "path": str(target), "tokenizer": profile.tokenizer,
+          "revision": profile.tokenizer_revision, "vocab_size": profile.vocab_size,
+          "tokenizer_fingerprint": profile.tokenizer_fingerprint, "issued": _issued_of(profile)})
+
+
+def cmd_issue(args: argparse.Namespace) -> None:
+    """Issue new values at a deployment's spec v4 level: keys and routing do not change (texts made earlier keep
+    decoding; their p-values are corrected for the larger count, docs/spec.md 18.1), so appending is the one edit a
+    profile in use allows. Removing a value is not offered: its texts would stop being named."""
+    import yaml
+
+    from verifier.engine.profile import deployment_profiles_dir, profile_path
+
+    folder = deployment_profiles_dir()
+    path = profile_path(args.name)
+    if folder is None or not path.resolve().is_relative_to(folder.resolve()) or not path.is_file():
+        raise ValueError(f"{args.name!r} is not a profile under HERO_PROFILES_DIR (shipped profiles are read-only; "
+                         "write one with `hero profile new NAME --from v4 --issued ...`)")
+    data = yaml.safe_load(path.read_text())
+    level = _issued_level(data, args.field)
+    if "issued" not in level:
+        raise ValueError(f"profile {args.name!r}: the level of {args.field!r} lists no issued values (spec v4 only)")
+    had = set(level["issued"])
+    level["issued"] = sorted(had | set(args.values))
+    profile = _write(path, data)
+    emit({"profile": profile.name, "path": str(path), "field": args.field, "issued": _issued_of(profile, args.field),
+          "added": sorted(set(args.values) - had), "already_issued": sorted(set(args.values) & had)})
+
+
+def _issued_level(data: dict, field: str) -> dict:
+    for level in data.get("levels", []):
+        if any(f.get("name") == field for f in level.get("fields", [])):
+            return level
+    raise ValueError(f"the profile has no field {field!r}")
+
+
+def _issued_of(profile: Profile, field: str = "model") -> list[int] | None:
+    for level in profile.levels:
+        if any(f.name == field for f in level.fields):
+            return list(level.issued) if level.issued is not None else None
+    return None
+
+
+def _write(target: Path, data: dict) -> Profile:
+    """Check every profile rule (a chunk schedule that fits the vocabulary, issued values in range, spec v4 for a
+    list), then replace the file atomically."""
+    import yaml
+
+    from verifier.engine.profile import profile_from_dict
+
+    profile = profile_from_dict(data)
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
     tmp.replace(target)
-    emit({"profile": profile.name, "path": str(target), "tokenizer": profile.tokenizer,
-          "revision": profile.tokenizer_revision, "vocab_size": profile.vocab_size,
-          "tokenizer_fingerprint": profile.tokenizer_fingerprint})
+    return profile
 
 
 def pin_tokenizer(name: str, profile: Profile) -> Profile:

@@ -83,8 +83,10 @@ class LocalHero:
 
     # -- generation ------------------------------------------------------------------------------
     def model(self, name: str = "smollm2") -> tuple[Any, Any]:
-        """(model, tokenizer), loaded once; says on `progress` what the first load does and how long it took."""
+        """(model, tokenizer), loaded once; says on `progress` what the first load does and how long it took. The
+        profile's own model (`name` is its tokenizer) loads at the hub revision the profile pins."""
         if name not in self._models:
+            revision = self.profile.tokenizer_revision if name == self.profile.tokenizer else None
             from verifier.lm import cache_dir, is_builtin, load_model
 
             if is_builtin(name) and not (cache_dir(name) / "config.json").is_file():
@@ -92,7 +94,7 @@ class LocalHero:
                               f"{cache_dir(name)} (30-100 s, once; later runs load the converted copy)")
             self.progress(f"loading {name!r}...")
             t0 = time.perf_counter()
-            self._models[name] = load_model(name)
+            self._models[name] = load_model(name) if revision is None else load_model(name, revision=revision)
             self.progress(f"loaded {name!r} in {time.perf_counter() - t0:.1f} s")
         return self._models[name]
 

@@ -104,7 +104,7 @@ def test_a_deadline_stops_scoring_within_one_layer(tiny, profile):
 
 
 def test_the_scorer_refuses_texts_over_its_token_cap(tiny):
-    scorer = ma.ModelAwareScorer(lambda name, device: tiny, max_tokens=64)
+    scorer = ma.ModelAwareScorer(lambda name, device, revision: tiny, max_tokens=64)
     scorer.check_lengths([[1] * 64])
     with pytest.raises(ma.TooManyTokens, match=r"text 1 is 65 tokens long.*HERO_MODEL_AWARE_MAX_TOKENS"):
         scorer.check_lengths([[1] * 64, [1] * 65])

@@ -288,11 +288,13 @@ class ModelAwareScorer:
     passes of at most `batch_tokens` padded tokens, logits reduced `chunk` positions at a time, and a wall-clock
     `deadline_s` per decode (plus the caller's cancellation: `bound`)."""
 
-    def __init__(self, loader: Callable[[str, str], Any], device: str = "cpu", weighting: Weighting | None = None,
+    def __init__(self, loader: Callable[[str, str, str | None], Any], device: str = "cpu",
+                 weighting: Weighting | None = None,
                  batch_size: int = DEFAULT_BATCH, sampling: DeploymentSampling | None = None, *,
                  max_tokens: int = 2048, batch_tokens: int = DEFAULT_BATCH_TOKENS, chunk: int = DEFAULT_CHUNK,
                  deadline_s: float | None = None, deadline=None) -> None:
-        self._load = loader  # (model name, device) -> the model (verifier/verify/scoring.py binds verifier.lm's)
+        # (model name, device, revision pin) -> the model (verifier/verify/scoring.py binds verifier.lm's)
+        self._load = loader
         self.device = device
         self.weighting = weighting or Weighting(DEFAULT_STATISTIC)
         self.batch_size = batch_size
@@ -323,7 +325,9 @@ class ModelAwareScorer:
         if any(len(x) == 0 for x in batch):
             raise DecodeError("a text has no tokens")
         self.check_lengths(batch)
-        model = self._load(decoder.profile.tokenizer, self.device)
+        # the profile's model at the revision its tokenizer is pinned to: another revision's weights would give
+        # other probabilities (and may not even share the vocabulary)
+        model = self._load(decoder.profile.tokenizer, self.device, decoder.profile.tokenizer_revision)
         context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         if context and max(len(x) for x in batch) > context:  # a cap set past the model's context
             raise TooManyTokens(f"a text is longer than the model's context ({context} tokens)")

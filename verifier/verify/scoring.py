@@ -10,10 +10,13 @@ from verifier.engine.model_aware import DeploymentSampling, ModelAwareScorer
 from verifier.engine.weighted_decode import DEFAULT_EDIT_FLOORS, DEFAULT_STATISTIC, Weighting
 
 
-def _load(name: str, device: str):
-    from verifier import lm  # looked up per call: one loaded model per (name, device), memoised there
+def _load(name: str, device: str, revision: str | None = None):
+    """The profile's model (`name` at hub `revision` when the profile pins one) on `device`."""
+    from verifier import lm  # looked up per call: one loaded model per (name, device, revision), memoised there
 
-    return lm.load_model(name, device)[0]
+    if revision is None:
+        return lm.load_model(name, device)[0]
+    return lm.load_model(name, device, revision=revision)[0]
 
 
 def deployment_sampling(settings) -> DeploymentSampling:

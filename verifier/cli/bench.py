@@ -1,12 +1,17 @@
 """`hero bench decode|generate`: throughput figures as one JSON line (see docs/performance.md).
 
 The measuring functions live here so that the scripts under benchmarks/ and the CLI print the same
-figures. Times are wall-clock; each figure comes with min/median/max over the repetitions.
+figures. Times are wall-clock; each figure comes with min/median/max over the repetitions. `hero bench generate`
+also times the process's CPU (time.process_time: every thread of this process, none of the others), because on a
+shared 2-core host the wall time of one run moves with the other processes' load, and reports each ratio's median
+over alternated rounds with a distribution-free 95 % interval (`median_interval`) and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import statistics
 import sys
 import time
@@ -34,8 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = bsub.add_parser("generate", help="watermark overhead in model.generate over plain sampling")
     g.add_argument("--batch", type=int, default=1)
     g.add_argument("--tokens", type=int, default=32, help="new tokens per row")
-    g.add_argument("--reps", type=int, default=3)
-    g.add_argument("--model", default="smollm2", help=f"a shipped model, or {RANDOM_MODEL} (random weights)")
+    g.add_argument("--reps", type=int, default=3, help="rounds; each runs every variant once, the order rotating")
+    g.add_argument("--model", default=None,
+                   help=f"a built-in model, a local directory, a hub id, or {RANDOM_MODEL} (random weights); "
+                        "default: the first profile's tokenizer (its model)")
+    g.add_argument("--profile", nargs="+", default=["default"], metavar="PROFILE",
+                   help="profile(s) to watermark with (name or YAML path), each a variant in the same rounds; "
+                        "the first is `hero`, the others `hero-NAME`; all must share the model's vocabulary")
+    g.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     g.add_argument("--path", choices=["fused", "engine"], default="fused",
                    help="fused: HeroWatermarkingConfig (transformers' warpers on); engine: HeroLogitsProcessor")
@@ -53,6 +64,49 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def summary(times: list[float]) -> dict[str, float]:
     return {"min": min(times), "median": statistics.median(times), "max": max(times)}
+
+
+def median_interval(xs: list[float], level: float = 0.95) -> dict[str, float]:
+    """The median of `xs` and a distribution-free interval for it: order statistics x_(k) .. x_(n+1-k), the
+    widest k whose binomial coverage 1 - 2 P(Bin(n, 1/2) < k) is still >= `level` (with too few rounds for
+    `level`, min .. max and the coverage that has). Rounds of a shared machine are not normal; this needs no
+    assumption beyond independent rounds."""
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        raise ValueError("no values")
+    tail, k, coverage = 0.0, 1, 1.0 - 2.0 * 0.5 ** n
+    for j in range(1, (n + 1) // 2 + 1):  # coverage of [x_(j), x_(n+1-j)] = 1 - 2 P(Bin <= j - 1)
+        tail += math.comb(n, j - 1) * 0.5 ** n
+        cov = 1.0 - 2.0 * tail
+        if cov < level:
+            break
+        k, coverage = j, cov
+    return {"median": statistics.median(s), "lo": s[k - 1], "hi": s[n - k], "coverage": coverage, "n": n}
+
+
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages (None where the OS has none): how busy the machine was."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def bench_payloads(profile, batch: int) -> list[dict[str, int]]:
+    """One valid payload per row under `profile`: a spec v4 level's issued values in turn, else values spread
+    over the level's range; each level's whole value split into its fields, first most significant."""
+    out = []
+    for i in range(batch):
+        fields: dict[str, int] = {}
+        for li, level in enumerate(profile.levels):
+            whole = level.issued[i % len(level.issued)] if level.issued is not None \
+                else (7 * i + li) % (1 << level.value_bits)
+            for f in reversed(level.fields):
+                fields[f.name] = whole & ((1 << f.bits) - 1)
+                whole >>= f.bits
+        out.append(fields)
+    return out
 
 
 def warn_few_reps(reps: int, flag: str = "--reps") -> str | None:
@@ -171,8 +225,8 @@ def sampler_figures(vocab: int, batch: int = 1, reps: int = 50, device: str = "c
             "hero_step_s": summary(hero), "multinomial_step_s": summary(plain)}
 
 
-def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: str = "smollm2",
-                     device: str = "cpu") -> dict:
+def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: str | None = None,
+                     device: str = "cpu", profile=None) -> dict:
     """Wall time of model.generate with the watermark processor vs plain multinomial sampling.
 
     Both runs force exactly `tokens` new tokens per row (min_new_tokens) and alternate, so load drift
@@ -184,11 +238,13 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
     from verifier.engine.profile import default_profile
     from verifier.lm import load_model
 
+    profile = profile or default_profile()
+    model_name = model_name or profile.tokenizer
     model, tokenizer = load_model(model_name, device)
-    profile = default_profile()
-    keyset = KeySet(tuple(derive_level_table(new_master_secret(), profile, lv, "bench") for lv in (1, 2)))
+    keyset = KeySet(tuple(derive_level_table(new_master_secret(), profile, lv, "bench")
+                          for lv in range(1, profile.depth + 1)))
     prompts = [f"Write a short story about item number {i}." for i in range(batch)]
-    payloads = [{"model": i % 4096, "user": (7 * i) % 4096} for i in range(batch)]
+    payloads = bench_payloads(profile, batch)
 
     def run(watermark: bool) -> None:
         generate_watermarked(model, tokenizer, prompts, payloads, profile, keyset, max_new_tokens=tokens,
@@ -206,6 +262,7 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
     return {
         "bench": "generate",
         "model": model_name,
+        "profile": profile.name,
         "device": device,
         "batch": batch,
         "tokens": tokens,
@@ -247,33 +304,52 @@ def bench_bundle(profile=None):
                             expires_at=now + timedelta(days=1), header={})
 
 
-def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: str = "smollm2",
+def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: str | None = None,
                               device: str = "cpu", *, top_k: int = 0, top_p: float = 1.0, synthid: bool = False,
-                              exact_step: bool = False,
-                              dtype: str = "float32", prompt_tokens: int = 16) -> dict:
+                              exact_step: bool = False, dtype: str = "float32", prompt_tokens: int = 16,
+                              profiles: list | None = None, threads: int = 0) -> dict:
     """model.generate per step: plain sampling vs HeroWatermarkingConfig (vs SynthID), alternated in one run.
 
     Same model, same prompt ids, transformers' own top-k/top-p in every variant; each run forces exactly
     `tokens` new tokens (min_new_tokens). Each repetition runs the variants back to back (the order rotates),
-    so load drift hits all alike. overhead_pct compares medians of the per-step times.
+    so load drift hits all alike. `profiles` (default: the shipped default): the first is the `hero` variant,
+    each further one a `hero-NAME` variant in the same rounds. Wall and process CPU time per step are both
+    recorded; `overhead_pct*` read wall time (as before), `cpu` and `wall` give each variant's paired ratio
+    to the plain run of its round with a 95 % interval (`median_interval`).
     """
     import torch
 
+    from verifier.engine.profile import default_profile
     from verifier.provider.hf import HeroWatermarkingConfig
 
+    if threads > 0:
+        torch.set_num_threads(threads)
+    profiles = list(profiles or [default_profile()])
+    model_name = model_name or profiles[0].tokenizer
+    load_before = load_average()
     if model_name == RANDOM_MODEL:
         model = random_smollm2(device, dtype)
     else:
         from verifier.lm import load_model
 
-        model, _ = load_model(model_name, device)
+        model, _ = load_model(model_name, device, profiles[0].tokenizer_revision
+                              if model_name == profiles[0].tokenizer else None)
         model = model.to(getattr(torch, dtype))
-    bundle = bench_bundle()
+    width = model.get_output_embeddings().weight.shape[0]
+    for prof in profiles:
+        if prof.vocab_size != width:
+            raise ValueError(f"profile {prof.name!r} has vocab_size {prof.vocab_size} but model {model_name!r} "
+                             f"returns {width} logits: pass a profile on this model's tokenizer (hero profile new)")
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(1, bundle.profile.vocab_size, (batch, prompt_tokens), generator=gen).to(device)
+    ids = torch.randint(1, profiles[0].vocab_size, (batch, prompt_tokens), generator=gen).to(device)
     mask = torch.ones_like(ids)
-    payloads = [{"model": i % 4096, "user": (7 * i) % 4096} for i in range(batch)]
-    variants = {"plain": None, "hero": lambda: HeroWatermarkingConfig(bundle, payloads)}
+    variants: dict[str, Callable[[], object] | None] = {"plain": None}
+    for i, prof in enumerate(profiles):
+        bundle, payloads = bench_bundle(prof), bench_payloads(prof, batch)
+        name = "hero" if i == 0 else f"hero-{prof.name}"
+        if name in variants:
+            raise ValueError(f"profile {prof.name!r} given twice")
+        variants[name] = lambda b=bundle, p=payloads: HeroWatermarkingConfig(b, p)
     if synthid:
         from transformers import SynthIDTextWatermarkingConfig
 
@@ -289,42 +365,58 @@ def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model
         variants["hero-exact-step"] = variants["hero"]
     sync = device == "cuda"
 
-    def run(name: str) -> float:
+    def run(name: str) -> tuple[float, float]:
         make = variants[name]
         kw = {"watermarking_config": make()} if make else {}
         if native is not None:
             native.fast_step(name != "hero-exact-step")
         if sync:
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.no_grad():
             model.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=tokens,
                            min_new_tokens=tokens, top_k=top_k or None, top_p=top_p, temperature=1.0,
                            pad_token_id=0, **kw)
         if sync:
             torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / tokens
+        return (time.perf_counter() - t0) / tokens, (time.process_time() - c0) / tokens
 
     names = list(variants)
     for name in names:
         run(name)  # warm-up
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     for r in range(reps):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            times[name].append(run(name))
+            wall_s, cpu_s = run(name)
+            times[name].append(wall_s)
+            cpu[name].append(cpu_s)
     if native is not None:
         native.fast_step(True)
     med = {n: statistics.median(t) for n, t in times.items()}
+
+    def paired(series: dict[str, list[float]], name: str) -> dict[str, float]:
+        """Each round's `name` run over the plain run of that round, in percent: median and 95 % interval."""
+        iv = median_interval([100.0 * (h / p - 1.0) for h, p in zip(series[name], series["plain"], strict=True)])
+        return {k: (round(v, 3) if k != "n" else v) for k, v in iv.items()}
+
     out = {"bench": "generate", "path": "fused", "model": model_name, "device": device, "dtype": dtype,
-           "batch": batch, "tokens": tokens, "reps": reps, "top_k": top_k, "top_p": top_p,
+           "profile": profiles[0].name, "spec_version": profiles[0].spec_version, "vocab_size": width,
+           "threads": torch.get_num_threads(), "batch": batch, "tokens": tokens, "reps": reps, "top_k": top_k,
+           "top_p": top_p,
            "plain_ms_per_step": 1000 * med["plain"], "hero_ms_per_step": 1000 * med["hero"],
            "overhead_pct": 100.0 * (med["hero"] / med["plain"] - 1.0),
            "overhead_pct_best": 100.0 * (min(times["hero"]) / min(times["plain"]) - 1.0),
            # each repetition's HeRo run against the plain run beside it: drift between repetitions cancels
            "overhead_pct_paired": 100.0 * (statistics.median(
                h / p for h, p in zip(times["hero"], times["plain"], strict=True)) - 1.0),
-           "seconds_per_step": {n: summary(t) for n, t in times.items()}}
+           "seconds_per_step": {n: summary(t) for n, t in times.items()},
+           "cpu_seconds_per_step": {n: summary(t) for n, t in cpu.items()},
+           # per variant: the paired overhead in process CPU time (the figure to read on a shared host) and wall
+           "overhead_pct_vs_plain": {n: {"cpu": paired(cpu, n), "wall": paired(times, n)}
+                                     for n in names if n != "plain"},
+           "load_average": {"before": load_before, "after": load_average()}}
     if exact_step:
         out["exact_step_ms_per_step"] = 1000 * med["hero-exact-step"]
         out["exact_step_overhead_pct"] = 100.0 * (med["hero-exact-step"] / med["plain"] - 1.0)
@@ -378,12 +470,20 @@ def cmd_decode(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
+    from verifier.engine.profile import resolve_profile
+
     _check(args)
+    if not 0 <= args.threads <= 1024:
+        raise ValueError("--threads must be in 0..1024")
+    profiles = [resolve_profile(p) for p in args.profile]  # a bad name fails here, before the model loads
     warning = warn_few_reps(max(1, args.reps))
     if args.path == "engine":
-        out = generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device)
+        if len(profiles) > 1:
+            raise ValueError("--path engine takes one --profile")
+        out = generate_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device,
+                               profile=profiles[0])
     else:
         out = generate_overhead_figures(args.batch, args.tokens, max(1, args.reps), args.model, args.device,
                                         top_k=args.top_k, top_p=args.top_p, synthid=args.synthid, dtype=args.dtype,
-                                        exact_step=args.exact_step)
+                                        exact_step=args.exact_step, profiles=profiles, threads=args.threads)
     emit({**out, "warnings": [warning]} if warning else out)

@@ -144,7 +144,7 @@ class CorpusRun:
                     self.v.say(f"chat ({self.corpus}): natural-length answers {name} {s.name}")
                     self.natural(m, s)
         if self.synthid is not None:
-            for s in self.settings:
+            for s in self._synthid_settings():
                 for k in range(self.sec.plan.div_prompts):
                     self.sec.data.repeats(self.synthid, s, k)
 
@@ -178,6 +178,8 @@ class CorpusRun:
                 if name == UNWATERMARKED:
                     continue
                 self.v.say(f"chat ({self.corpus}): {name} {s.name}: detection, natural length, paired perplexity")
+                if not self.sec.texts(name, s.name):
+                    continue
                 recs = self.sec.data.main(m, s, range(self.sec.texts(name, s.name)))
                 cell = self._texts(recs) | {"ppl_vs_plain": paired_ppl(recs, plain)}
                 if isinstance(m, SynthIDMethod):
@@ -310,12 +312,17 @@ class CorpusRun:
             out["natural"] = _natural_summary(nat, [d.score for d in m.decode(self.seen(nat, None))])
         return out
 
+    def _synthid_settings(self) -> list[Sampling]:
+        """The settings SynthID runs in: all but those capped to 0 texts (`--attr-cap SynthID-Text@T0.7=0`: without
+        top-k its stock processor scores the whole vocabulary at every step, ~10x plain generation on CPU)."""
+        return [s for s in self.settings if self.sec.texts(SYNTHID, s.name) > 0]
+
     def _synthid_diversity(self) -> dict:
         out: dict = {}
         if self.synthid is None:
             return out
         p = self.sec.plan
-        for s in self.settings:
+        for s in self._synthid_settings():
             reps = [self.sec.data.repeats(self.synthid, s, k) for k in range(p.div_prompts)]
             out[s.name] = {"repeat_distinct_outputs": [len({tuple(r["ids"]) for r in rr}) for rr in reps],
                            "repeats": p.repeats, "tokens": p.div_tokens}

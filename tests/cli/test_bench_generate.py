@@ -64,6 +64,9 @@ def test_bench_generate_times_each_profile_in_the_same_rounds():
             iv = f["overhead_pct_vs_plain"][name][kind]
             assert iv["n"] == 3 and iv["lo"] <= iv["median"] <= iv["hi"]
     assert len(f["load_average"]["before"]) == 3
+    # the processor's own CPU per step, per watermarked variant: positive and a small part of a plain step
+    assert set(f["processor_cpu"]) == {"hero", "hero-v3"}
+    assert all(0 < v["ms_per_step"] and 0 < v["pct_of_plain_step"] < 100 for v in f["processor_cpu"].values())
 
 
 @pytest.mark.slow

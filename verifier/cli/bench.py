@@ -344,12 +344,13 @@ def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model
     ids = torch.randint(1, profiles[0].vocab_size, (batch, prompt_tokens), generator=gen).to(device)
     mask = torch.ones_like(ids)
     variants: dict[str, Callable[[], object] | None] = {"plain": None}
+    step_cpu: dict[str, list[float]] = {}  # variant -> CPU seconds in the watermark processor, per call (timed runs)
     for i, prof in enumerate(profiles):
         bundle, payloads = bench_bundle(prof), bench_payloads(prof, batch)
         name = "hero" if i == 0 else f"hero-{prof.name}"
         if name in variants:
             raise ValueError(f"profile {prof.name!r} given twice")
-        variants[name] = lambda b=bundle, p=payloads: HeroWatermarkingConfig(b, p)
+        variants[name] = lambda b=bundle, p=payloads, n=name: _TimedConfig(HeroWatermarkingConfig(b, p), n, step_cpu)
     if synthid:
         from transformers import SynthIDTextWatermarkingConfig
 
@@ -384,6 +385,7 @@ def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model
     names = list(variants)
     for name in names:
         run(name)  # warm-up
+    step_cpu.clear()
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     for r in range(reps):
@@ -417,6 +419,12 @@ def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model
            "overhead_pct_vs_plain": {n: {"cpu": paired(cpu, n), "wall": paired(times, n)}
                                      for n in names if n != "plain"},
            "load_average": {"before": load_before, "after": load_average()}}
+    # direct: the watermark processor's own CPU per step (calling thread: all of it with --threads 1) over the
+    # plain run's process CPU per step; far less noisy than the difference of two whole runs on a busy host
+    out["processor_cpu"] = {n: {"ms_per_step": round(1000 * statistics.median(c), 4),
+                                "pct_of_plain_step": round(100 * statistics.median(c) / statistics.median(cpu["plain"]),
+                                                           3)}
+                            for n, c in step_cpu.items() if c}
     if exact_step:
         out["exact_step_ms_per_step"] = 1000 * med["hero-exact-step"]
         out["exact_step_overhead_pct"] = 100.0 * (med["hero-exact-step"] / med["plain"] - 1.0)
@@ -428,6 +436,34 @@ def generate_overhead_figures(batch: int, tokens: int = 32, reps: int = 3, model
     if device == "cuda":
         out["device_name"] = torch.cuda.get_device_name()
     return out
+
+
+class _TimedConfig:
+    """A watermarking config whose processor records its calling thread's CPU time per call under `name`."""
+
+    def __init__(self, inner, name: str, sink: dict[str, list[float]]) -> None:
+        self._inner, self._name, self._sink = inner, name, sink
+
+    def __getattr__(self, attr: str):
+        return getattr(self._inner, attr)
+
+    def __deepcopy__(self, memo):  # transformers copies the generation config on every call
+        return self
+
+    def construct_processor(self, vocab_size: int, device=None):
+        inner = self._inner.construct_processor(vocab_size, device)
+        sink = self._sink.setdefault(self._name, [])
+
+        class Timed(type(inner)):
+            def __call__(self, input_ids, scores):
+                c0 = time.thread_time()
+                try:
+                    return super().__call__(input_ids, scores)
+                finally:
+                    sink.append(time.thread_time() - c0)
+
+        inner.__class__ = Timed
+        return inner
 
 
 def tokenize_figures(batch: int, tokens: int = 200, reps: int = 10, name: str = "smollm2") -> dict:

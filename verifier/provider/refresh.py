@@ -28,6 +28,11 @@ log = logging.getLogger("hero.provider")
 BUNDLE_PATH = "/v1/keys/generation-bundle"
 
 
+class BundleRefused(BundleError):
+    """A fetched bundle this process will not use (`BundleSource(accept=...)` said why: a serving engine's state was
+    built for another profile shape); the bundle in force stays until it expires."""
+
+
 class BundleFetchError(RuntimeError):
     """The service refused or failed to hand out a bundle (status code in `status`)."""
 
@@ -44,6 +49,10 @@ class BundleSource:
     `bundle.service_keys`); `provider_id` this provider's registered id (default: the `sub` of its own token).
     `client` is any `httpx.Client` (base URL set); pass `base_url` instead to let the source make one.
     `allow_unsigned=True` also accepts the unsigned `hero-bundle-2` / `-1` of a service that does not sign yet.
+    `accept(bundle)`: None to install a fetched (opened, signature-checked) bundle, else why not: the bundle is
+    refused (one warning line per refused bundle), the current one stays in use until it expires, and later polls
+    send the refused bundle's ETag, so the service answers 304 until it has another (`verifier/provider/step.py`
+    `BundleKeys` refuses a rotation that changes the profile's shape this way).
     """
 
     def __init__(
@@ -61,6 +70,7 @@ class BundleSource:
         refresh_margin: timedelta = timedelta(minutes=10),
         timeout_s: float = 10.0,
         on_change: Callable[[GenerationBundle], None] | None = None,
+        accept: Callable[[GenerationBundle], str | None] | None = None,
     ) -> None:
         if client is None:
             if base_url is None:
@@ -78,6 +88,9 @@ class BundleSource:
         self.interval_s = interval_s
         self.refresh_margin = refresh_margin
         self._on_change = on_change
+        self._accept = accept
+        self.refused: str | None = None  # why the service's latest bundle was refused (None: none was)
+        self._refused_etag: str | None = None
         self._lock = threading.Lock()
         self._bundle: GenerationBundle | None = None
         self._stop = threading.Event()
@@ -103,7 +116,8 @@ class BundleSource:
                     raise
             with self._lock:
                 current = self._bundle
-        assert current is not None
+        if current is None:  # the one fetched was refused (`accept`)
+            raise BundleRefused(f"no usable bundle: {self.refused}")
         current.require_fresh()
         return current
 
@@ -125,8 +139,9 @@ class BundleSource:
             current = self._bundle
         headers, provider_id = self._auth()
         near_expiry = current is not None and current.expires_at - self.refresh_margin <= datetime.now(UTC)
-        if current is not None and not near_expiry:
-            headers["If-None-Match"] = f'"{current.etag}"'
+        if (current is not None and not near_expiry) or self._refused_etag is not None:
+            # the refused one's ETag when the service's latest was refused: 304 until it has another
+            headers["If-None-Match"] = f'"{self._refused_etag or current.etag}"'
         body: dict[str, Any] = {"profile": self._profile} if self._profile else {}
         self.polls += 1
         resp = self._client.post(BUNDLE_PATH, headers=headers, json=body)
@@ -145,12 +160,26 @@ class BundleSource:
             raise BundleError("bundle response is not the expected JSON") from None
         new = open_bundle(sealed, self._private_key, service_key=self._service_key, provider_id=provider_id,
                           allow_unsigned=self._allow_unsigned)
+        reason = self._accept(new) if self._accept is not None else None
+        if reason is not None:
+            self._refuse(new, current, reason)
+            return False
         with self._lock:
             self._bundle = new
+            self.refused = self._refused_etag = None
         log.info("generation bundle installed", extra={"bundle_id": new.bundle_id, "versions": new.key_versions})
         if self._on_change is not None:
             self._on_change(new)
         return True
+
+    def _refuse(self, new: GenerationBundle, current: GenerationBundle | None, reason: str) -> None:
+        """Keep `current` (one warning line per refused bundle, naming the reason and what stays in use)."""
+        first = new.etag != self._refused_etag
+        self.refused, self._refused_etag = f"bundle {new.bundle_id} refused: {reason}", new.etag
+        if first:
+            keeps = (f"bundle {current.bundle_id} stays in use until it expires at {current.expires_at.isoformat()}"
+                     if current is not None else "the bundle this process started with stays in use until it expires")
+            log.warning("%s; %s", self.refused, keeps)
 
     # -- background refresh ---------------------------------------------------------------------
     def start(self, fetch_first: bool = True) -> BundleSource:

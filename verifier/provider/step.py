@@ -16,7 +16,9 @@ What the slots hold: the request's payload, its warping parameters, tokens drawn
 contexts already marked and its gated opening (gpu/opening.py), all in tensors on the device, indexed by slot so
 the engine's batch rows may move (`move`). `replay` re-logs a resumed request's contexts after preemption. The
 bundle is asked for at every `add`: a rotation applies to new requests, a running one keeps the key tables it
-started with. The draw is `FusedSampler.step`, the one step of every generation path (gpu/step.py).
+started with. A rotation may change keys, never the profile's shape (`shape_change`): `BundleKeys` refuses such a
+bundle when it is fetched (one warning line) and keeps serving with the bundle it has until that one expires. The
+draw is `FusedSampler.step`, the one step of every generation path (gpu/step.py).
 
 Failure is per request: a payload or state that cannot be set up (`add`), or a draw that raises, leaves that
 request unwatermarked, logs the exception's type (never its text: it may quote a payload) and keeps the reason
@@ -39,11 +41,12 @@ from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
 from verifier.engine.generation import make_fused_sampler, new_generator, new_opening
 from verifier.engine.payload import encode_payload
+from verifier.engine.profile import Profile
 from verifier.provider.bundle import BundleError, BundleExpired, GenerationBundle, open_bundle, service_keys
 from verifier.provider.refresh import token_subject
 
 __all__ = ["EXTRA_KEY", "GREEDY_EPS", "BundleKeys", "RequestSlots", "new_generator", "one_hot_rows", "parse_payload",
-           "validate_payload"]
+           "profile_shape", "shape_change", "validate_payload"]
 
 log = logging.getLogger("hero.provider.step")
 
@@ -98,9 +101,36 @@ def validate_payload(fields: Mapping[str, int], temperature: float | None,
     encode_payload(bundle.profile, fields)  # PayloadError (a ValueError) names the bad field
 
 
+def profile_shape(profile: Profile) -> dict[str, Any]:
+    """What an engine's state is built for: the logits' width, the payload tensors' layout, the routing, the fields
+    and the tokenizer. Everything of the profile but its keys and spec v4's issued lists (a deployment appends the
+    model ids it issues: same keys, same routing, so a bundle with a longer list swaps in)."""
+    levels = " ".join(
+        f"{lv.bits}b{f'/K={lv.chunks}' if lv.chunks is not None else ''}/{lv.encoding}"
+        f"[{','.join(f'{f.name}:{f.bits}' for f in lv.fields)}]" for lv in profile.levels)
+    return {"vocab_size": profile.vocab_size, "context_width": profile.context_width, "segments": profile.segments,
+            "spec_version": profile.spec_version, "routing": profile.routing, "levels": levels,
+            "tokenizer": profile.tokenizer, "revision": profile.tokenizer_revision,
+            "tokenizer_fingerprint": (profile.tokenizer_fingerprint or "")[:16] or None}
+
+
+def shape_change(engine: Profile, new: Profile) -> str | None:
+    """None when `new` has the shape of the profile the engine serves, else what differs, in one line."""
+    a, b = profile_shape(engine), profile_shape(new)
+    diff = [f"{k} {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]
+    if not diff:
+        return None
+    return (f"its profile {new.name!r} differs in shape from the profile {engine.name!r} this engine serves "
+            f"({'; '.join(diff)}); restart the engine to serve it")
+
+
 class BundleKeys:
     """This process's current bundle: a sealed file, opened once, and/or a `BundleSource` kept current from the
-    service (the file is then only the starting point). Holds paths and the opened bundle, never the raw key."""
+    service (the file is then only the starting point). Holds paths and the opened bundle, never the raw key.
+
+    Built once, at engine start: the first bundle (the file's, else the first fetched) fixes the profile shape the
+    engine serves. A refreshed bundle of another shape is refused when it is fetched (one warning line) and the
+    bundle in force keeps serving until it expires; a rotation of the same shape swaps in."""
 
     def __init__(self, private_key_file: str | Path | None, bundle_file: str | Path | None = None,
                  url: str | None = None, token_file: str | Path | None = None, refresh_s: float = 60.0, *,
@@ -109,6 +139,8 @@ class BundleKeys:
         used. `provider_id`: this provider's registered id (default: the `sub` of the token in `token_file`)."""
         self._source = None
         self._bundle: GenerationBundle | None = None
+        self._shape: Profile | None = None  # the profile (shape) this engine serves: its first bundle's
+        self._shape_lock = threading.Lock()
         if not private_key_file:
             return
         if not service_key_file:
@@ -122,16 +154,20 @@ class BundleKeys:
             if data[:3] != b"HRB":  # base64 text may end in a newline; a raw bundle's last bytes are ciphertext
                 data = data.strip()
             self._bundle = open_bundle(data, private_key, service_key=service_key, provider_id=provider_id or "")
+            self._shape = self._bundle.profile
         if url:
-            from verifier.provider.refresh import BundleSource
+            from verifier.provider.refresh import BundleRefused, BundleSource
 
             if token_file is None:
                 raise ValueError("a bundle URL needs a token file")
             token = Path(token_file)
             source = BundleSource(private_key, lambda: token.read_text().strip(), base_url=url,
-                                  service_key=service_key, provider_id=provider_id, interval_s=float(refresh_s))
+                                  service_key=service_key, provider_id=provider_id, interval_s=float(refresh_s),
+                                  accept=self._accept)
             try:
                 source.start()
+            except BundleRefused:  # the service's bundle has another shape than the file's (logged by the source)
+                source.start(fetch_first=False)
             except Exception as exc:
                 if self._bundle is None:  # nothing to serve with: the engine does not start
                     raise
@@ -145,14 +181,25 @@ class BundleKeys:
         b = self._bundle
         return f"BundleKeys(bundle_id={b.bundle_id if b else None!r}, refreshed={self._source is not None})"
 
+    def _accept(self, new: GenerationBundle) -> str | None:
+        """BundleSource's check of a fetched bundle: None (install it) when it has the engine's shape; the first
+        bundle, when there is no file bundle, sets that shape."""
+        with self._shape_lock:
+            if self._shape is None:
+                self._shape = new.profile
+                return None
+            return shape_change(self._shape, new.profile)
+
     def bundle(self) -> GenerationBundle | None:
         """The bundle in force (the refreshed one, else the file's); never waits on the service. BundleExpired
         when it has expired: watermarked generation stops (a refresh that installs a fresh one resumes it)."""
         current = self._source.current if self._source is not None else None
         bundle = current or self._bundle
         if bundle is not None and bundle.expired():
+            refused = self._source.refused if self._source is not None else None
             raise BundleExpired(f"the HeRo bundle {bundle.bundle_id} expired at {bundle.expires_at.isoformat()}: "
-                                "watermarked generation is stopped until a fresh bundle is installed")
+                                "watermarked generation is stopped until a fresh bundle is installed"
+                                f"{f'; the service offers only a {refused}' if refused else ''}")
         return bundle
 
 
@@ -182,16 +229,18 @@ class RequestSlots:
         return f"RequestSlots(n={self.n}, device={self.device}, watermarked={marked})"
 
     def _current(self) -> FusedSampler:
-        """The sampler of the bundle in force now (rebuilt when it rotates; the profile's shape may not change)."""
+        """The sampler of the bundle in force now (rebuilt when it rotates; the profile's shape may not change:
+        `BundleKeys` refuses such a bundle at refresh, and a bundle source that does not is refused here)."""
         bundle = self._bundles()
         if bundle is None:
             raise ValueError("no HeRo bundle configured")
         with self._lock:
             if self.sampler is None or bundle.bundle_id != self._bundle_id:
                 profile = bundle.profile
-                if self.sampler is not None and (profile.segments, profile.depth, profile.context_width) != (
-                        self.sampler.base.segments, self.sampler.base.levels, self.sampler.h):
-                    raise ValueError("a bundle rotation may change keys, not the profile's shape")
+                changed = shape_change(self.profile, profile) if self.sampler is not None else None
+                if changed is not None:
+                    raise ValueError(f"a bundle rotation may change keys, not the profile's shape: bundle "
+                                     f"{bundle.bundle_id}: {changed}")
                 self.sampler = make_fused_sampler(profile, bundle.keyset, self.device)
                 self._bundle_id = bundle.bundle_id
                 self.profile = profile

@@ -182,6 +182,16 @@ class _StepHook(LogitsProcessor):
         return scores
 
 
+def encode_prompts(tokenizer, prompts: Sequence[str]):
+    """Prompts as the model was trained to see them: led by the tokenizer's BOS where it adds one (Gemma, Llama:
+    without it a base model writes junk) unless the text already starts with it (a chat template writes its own);
+    nothing added for a tokenizer that adds no BOS (SmolLM2)."""
+    bos = getattr(tokenizer, "bos_token", None)
+    adds = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [tokenizer.bos_token_id]
+    texts = [p if not adds or p.startswith(bos) else bos + p for p in prompts]
+    return tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+
+
 def generate_watermarked(
     model,
     tokenizer,
@@ -204,7 +214,7 @@ def generate_watermarked(
     called once per generated token position (progress display); `opening_nats`: the gated
     opening's threshold (default `OPENING_NATS`; 0: only the first h tokens are fresh, as before)."""
     device = next(model.parameters()).device
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    enc = encode_prompts(tokenizer, prompts).to(device)
     warpers = make_warpers(temperature, top_k, top_p)
     kwargs = dict(
         max_new_tokens=max_new_tokens,

@@ -206,13 +206,19 @@ def tokenizer_dir(name: str, revision: str | None = None) -> Path | None:
     local = Path(name).expanduser()
     if local.is_dir():
         return local
+    return _hub_snapshot(f"tokenizer {name!r}:", name, revision, [*_TOKENIZER_FILES, "config.json"])
+
+
+def _hub_snapshot(what: str, name: str, revision: str | None, patterns: list[str] | None = None) -> Path:
+    """A hub id's folder in the local Hugging Face cache (offline); any miss (offline, unknown repo, bad revision,
+    invalid id) is one actionable line starting with `what`."""
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(name, revision=revision, allow_patterns=[*_TOKENIZER_FILES, "config.json"]))
-    except Exception as exc:  # offline miss, unknown repo, bad revision, invalid id: one actionable line
+        return Path(snapshot_download(name, revision=revision, allow_patterns=patterns))
+    except Exception as exc:
         raise ValueError(
-            f"tokenizer {name!r}: not a built-in ({', '.join(model_names())}), a local directory, or a hub id"
+            f"{what} not a built-in ({', '.join(model_names())}), a local directory, or a hub id"
             f"{f' at revision {revision!r}' if revision else ''} in the local Hugging Face cache "
             f"({exc.__class__.__name__})"
         ) from None
@@ -311,16 +317,7 @@ def model_dir(name: str, revision: str | None = None) -> Path:
     local = Path(name).expanduser()
     if local.is_dir():
         return local.resolve()
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(name, revision=revision))
-    except Exception as exc:  # offline miss, unknown repo, bad revision, invalid id: one actionable line
-        raise ValueError(
-            f"unknown model {name!r}: not a built-in ({', '.join(model_names())}), a local directory, or a hub id"
-            f"{f' at revision {revision!r}' if revision else ''} in the local Hugging Face cache "
-            f"({exc.__class__.__name__})"
-        ) from None
+    return _hub_snapshot(f"unknown model {name!r}:", name, revision)
 
 
 @functools.cache

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,7 @@ from gpu.evidence import segment_scores
 from gpu.scoring import LevelKeys
 from gpu.step import SPEC_VERSIONS, FusedSampler
 from tests.engine.test_spec_v3 import _cases as _decode_cases  # the vectors' decode cases have one layout
+from tests.helpers.triton_interpreter import assert_passes_interpreted
 from verifier.engine import reference as R
 from verifier.engine.decoder import Decoder
 from verifier.engine.keys import (
@@ -153,9 +151,7 @@ def test_v4_triton_in_interpreter():
             "v = json.loads(t.VECTORS.read_text())\n"
             "t.check_step(v, 'triton', dtypes=(__import__('torch').float64,))\n"
             "t.check_decode_kernel(v, 'triton')\nprint('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1"},
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    assert_passes_interpreted(code, timeout=900)
 
 
 # --- issued values -------------------------------------------------------------------------------------------

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ import torch
 from gpu import cpu_kernel
 from gpu.sampler import HeroSampler
 from gpu.step import ContextLog, FusedSampler
+from tests.helpers.triton_interpreter import assert_passes_interpreted
 from verifier.engine import reference as R
 from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.payload import encode_payload
@@ -341,10 +339,7 @@ def test_triton_step_in_interpreter():
             "t.check_v3('triton', dtypes=(__import__('torch').float64,))\n"
             "import test_opening\ntest_opening.check_gate('triton', True)\n"
             "print('ok')\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    assert_passes_interpreted(code, timeout=900)
 
 
 @has_cuda

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from gpu import cpu_kernel, prf, torch_kernel, triton_kernels
 from gpu.evidence import segment_scores, select_backend
 from gpu.sampler import route_and_sample
 from gpu.scoring import LevelKeys, ScoringSpec
+from tests.helpers.triton_interpreter import assert_passes_interpreted
 from verifier.engine import reference as R
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,10 +268,7 @@ def test_triton_kernel_bit_exact_in_interpreter():
         "    tk._assert_close(case, *tk._run(case, T.segment_scores))\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    assert_passes_interpreted(code, timeout=600)
 
 
 @has_cuda
@@ -360,7 +356,6 @@ def test_native_seeds_and_streams_match_torch():
 
 def test_native_kernel_present_when_required():
     """CI sets HERO_REQUIRE_NATIVE=1: a missing compiled kernel is then a failure, not a silent fallback."""
-    import os
 
     if os.environ.get("HERO_REQUIRE_NATIVE") != "1":
         pytest.skip("HERO_REQUIRE_NATIVE not set")

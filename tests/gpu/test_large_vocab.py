@@ -3,10 +3,7 @@ same tokens for spec v2, v3 and v4 on random logits, and the decode evidence ker
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ import yaml
 
 from gpu import cpu_kernel, torch_kernel
 from gpu.step import FusedSampler
+from tests.helpers.triton_interpreter import assert_passes_interpreted
 from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import PROFILES_DIR, Profile, profile_from_dict
@@ -120,10 +118,7 @@ def test_triton_step_and_decode_kernel_in_interpreter_at_262144():
             "case = t.decode_case()\n"
             "tk._assert_close(case, *tk._run(case, triton_kernels.segment_scores))\n"
             "print('ok')\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1200)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    assert_passes_interpreted(code, timeout=1200)
 
 
 

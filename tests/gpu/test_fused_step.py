@@ -44,12 +44,13 @@ def _softmax(logits: list[float]) -> list[float]:
     return [x / z for x in e]
 
 
-def _one_step(fs: FusedSampler, logits, ctx, payload, backend, device="cpu", generated=None, log=None):
+def _one_step(fs: FusedSampler, logits, ctx, payload, backend, device="cpu", generated=None, log=None,
+              generator=None):
     b = logits.shape[0]
     gen = torch.full((b,), fs.h, dtype=torch.int64, device=device) if generated is None else generated
     log = fs.new_log(b) if log is None else log
     return fs.step(logits.to(device), ctx.to(device), payload.to(device), gen, log, backend=backend,
-                   with_marks=True)
+                   with_marks=True, generator=generator)
 
 
 def vector_cases() -> list[tuple]:
@@ -241,6 +242,52 @@ def test_native_fast_path_draws_the_exact_paths_tokens(spec):
         mod.fast_step(True, 1e-7)
 
 
+def _top_k_rows(b: int, vocab: int, k: int, low: float, gen: torch.Generator) -> torch.Tensor:
+    """Rows as a top-k warp leaves them: k random tokens with logits ~ N(0, 3), the rest at `low` (-inf, or a
+    finite value far below: whole blocks of the fused pass lie under its floor and are skipped)."""
+    logits = torch.full((b, vocab), low, dtype=torch.float64)
+    for r in range(b):
+        idx = torch.randperm(vocab, generator=gen)[:k]
+        logits[r, idx] = torch.randn(k, dtype=torch.float64, generator=gen) * 3
+    return logits
+
+
+@pytest.mark.skipif(not native_ok, reason="C kernel not built")
+@pytest.mark.parametrize("stride", [0, 9])
+def test_native_fast_path_on_warped_rows(stride):
+    """Rows with few live tokens (top-k at -inf; or the rest finite but 100-500 nats down, below the fused pass's
+    floor; or just above it, where nothing is skipped): marked rows draw the exact path's tokens, and unmarked
+    rows land on the exact scan's token for the same uniform (blocked inverse CDF vs one sequential scan)."""
+    mod = cpu_kernel.load()
+    rng = random.Random(11)
+    gen = torch.Generator().manual_seed(11)
+    vocab, b = 5000, 48
+    fs = _sampler(((80,), 1, [[rng.randbytes(16) for _ in range(4)], [rng.randbytes(16) for _ in range(8)]],
+                   rng.randbytes(16), 3, 2, stride))
+    rows = [_top_k_rows(16, vocab, 50, low, gen) for low in (float("-inf"), -500.0, -99.0)]
+    logits = torch.cat(rows)
+    ctx = torch.tensor([[rng.randrange(vocab) for _ in range(3)] for _ in range(b)])
+    payload = torch.tensor([[[rng.randrange(4), rng.randrange(8)]] for _ in range(b)])
+    got: dict[str, list] = {}
+    try:
+        for name, on in (("exact", False), ("fast", True)):
+            mod.fast_step(on, 1e-7)
+            for dtype in (torch.float32, torch.float64):
+                tokens, marks = _one_step(fs, logits.to(dtype), ctx, payload, "native")
+                assert bool(marks.all())
+                got.setdefault(name, []).append(tokens.tolist())
+                unmarked = torch.zeros(b, dtype=torch.int64)  # generated < h: every row unmarked
+                tokens, marks = _one_step(fs, logits.to(dtype), ctx, payload, "native", generated=unmarked,
+                                          generator=torch.Generator().manual_seed(5))
+                assert not bool(marks.any())
+                got[name].append(tokens.tolist())
+    finally:
+        mod.fast_step(True, 1e-7)
+    assert got["fast"] == got["exact"]
+    live = torch.isfinite(logits) & (logits > -99.5)
+    assert all(bool(live[r, t]) for draw in got["fast"] for r, t in enumerate(draw))  # a live token every time
+
+
 @pytest.mark.skipif(not native_ok, reason="C kernel not built")
 def test_native_fast_exp_meets_the_bound_its_margin_assumes():
     """Relative error < 1e-14 against libm on [-708, 0] (every kernel path this CPU has); 0 below, and for
@@ -266,15 +313,46 @@ def test_native_fast_exp_meets_the_bound_its_margin_assumes():
 
 
 @pytest.mark.skipif(not native_ok, reason="C kernel not built")
-def test_native_fast_path_agrees_on_close_calls():
-    """Two tokens per chunk, so a chunk's mass is one or two exps and many decisions are close: 20,000 rows
-    draw the exact path's tokens (a fast exp off by 1e-3 fails it: checked by mutation)."""
+def test_native_fast_masses_meet_the_bounds_their_margins_assume():
+    """The float32 tier's mass of a run (float32 exp, float lanes) is within 1e-5 of the true sum (its margin is
+    1e-4), the double tier's within 1e-13: runs of 1 to 5,000 logits at every scale, the max anywhere in the run,
+    values spread down to 120 below it (terms under e^-87 dropped), -inf and NaN entries (0)."""
+    import numpy as np
+
+    mod = cpu_kernel.load()
+    rng = np.random.default_rng(4)
+    worst = {"f32": 0.0, "f64": 0.0}
+    for case in range(400):
+        n = int(rng.integers(1, 5000))
+        mx = float(np.float32(rng.choice([0.0, 1.0, -3.5, 37.25, -1e3, 4e4]) * rng.uniform(0.5, 1.5)))
+        spread = float(rng.choice([0.5, 5.0, 30.0, 90.0, 120.0]))
+        x = (mx - rng.uniform(0, spread, n)).astype(np.float32)
+        x[int(rng.integers(n))] = np.float32(mx)
+        if case % 3 == 0 and n > 3:
+            x[rng.integers(n, size=n // 3)] = -np.inf
+            x[int(rng.integers(n))] = np.nan
+        mx = float(np.max(x[np.isfinite(x)]))
+        d = x.astype(np.float64) - mx
+        want = math.fsum(float(v) for v in np.exp(d[np.isfinite(d)]))
+        for tier in ("f32", "f64"):
+            got = mod.fast_mass(x.tobytes(), mx, tier)
+            if got is not None:
+                worst[tier] = max(worst[tier], abs(got / want - 1.0))
+    assert worst["f32"] < 1e-5 and worst["f64"] < 1e-13, worst
+
+
+@pytest.mark.skipif(not native_ok, reason="C kernel not built")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_native_fast_path_agrees_on_close_calls(dtype):
+    """Small chunks, so a chunk's mass is a few exps and many decisions are close: 20,000 rows draw the exact
+    path's tokens, on the double tier (float64 logits, 2 tokens a chunk) and on the float32 tier first (float32,
+    16 tokens a chunk: its eight-lane pass). An exp off by 1e-2 in one lane of eight fails it: checked by mutation."""
     mod = cpu_kernel.load()
     rng = random.Random(5)
     fs = _sampler(((64,), 1, [[rng.randbytes(16)], [rng.randbytes(16)]], rng.randbytes(16), 3, 2, 0))
-    b = 20_000
-    logits = torch.randn(b, 128, dtype=torch.float64) * 0.3
-    ctx = torch.tensor([[rng.randrange(128) for _ in range(3)] for _ in range(b)])
+    b, vocab = 20_000, 128 if dtype == torch.float64 else 1024
+    logits = (torch.randn(b, vocab, dtype=torch.float64) * 0.3).to(dtype)
+    ctx = torch.tensor([[rng.randrange(vocab) for _ in range(3)] for _ in range(b)])
     payload = torch.zeros(b, 1, 2, dtype=torch.int64)
     got = []
     try:

@@ -41,6 +41,10 @@ def _cache_dir() -> Path:
     return Path(base).expanduser() / "hero-verifier" / "native"
 
 
+def _source_sha() -> str:
+    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+
+
 def _build_in_cache() -> ModuleType:
     """Compile the extension with the interpreter's C compiler into the cache (keyed by source hash)."""
     src = SOURCE.read_bytes()
@@ -55,7 +59,9 @@ def _build_in_cache() -> ModuleType:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             out = Path(tmp) / target.name
-            cmd = [*cc, "-O3", "-std=c99", "-fPIC", "-shared", "-pthread", f"-I{include}", str(SOURCE), "-o", str(out)]
+            sha = f'-DHERO_SOURCE_SHA="{hashlib.sha256(src).hexdigest()}"'
+            cmd = [*cc, "-O3", "-std=c99", "-fPIC", "-shared", "-pthread", sha, f"-I{include}", str(SOURCE), "-o",
+                   str(out)]
             if sys.platform == "darwin":
                 cmd += ["-undefined", "dynamic_lookup"]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
@@ -83,7 +89,9 @@ def load() -> ModuleType | None:
     try:
         from gpu import _hero_kernels  # type: ignore[attr-defined]
 
-        if getattr(_hero_kernels, "ABI", 0) == ABI:
+        # beside its source (a checkout), the build must be of that very source; an installed wheel has none
+        fresh = not SOURCE.exists() or getattr(_hero_kernels, "SOURCE_SHA", None) == _source_sha()
+        if getattr(_hero_kernels, "ABI", 0) == ABI and fresh:
             _MODULE = _hero_kernels
             return _MODULE
         _ERROR = "gpu._hero_kernels is stale (built from an older source; reinstall with pip install -e .)"

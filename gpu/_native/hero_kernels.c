@@ -1797,5 +1797,12 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
 #endif
     PyObject *m = PyModule_Create(&module);
     if (m) PyModule_AddIntConstant(m, "ABI", 8); /* 8: spec v4 in sample_step */
+#ifdef HERO_SOURCE_SHA
+    /* the SHA-256 of this file at build time (setup.py, gpu/cpu_kernel.py): a build older than the source is stale */
+    if (m && PyModule_AddStringConstant(m, "SOURCE_SHA", HERO_SOURCE_SHA) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
     return m;
 }

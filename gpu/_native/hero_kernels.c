@@ -1413,16 +1413,18 @@ static int route_levels(const Step *s, int64_t b, const double *p, double mx, do
     return 1;
 }
 
-/* An unmarked row samples the softmax with fresh randomness (not a keyed draw, so the fast exp's probabilities,
- * relative error < 1e-14, serve as they are): inverse CDF over blocks of routing positions (fused masses, kept in
- * p), then inside the block the draw lands in. Same order and distribution as the exact scan, one read of the row. */
+/* An unmarked row samples the softmax with fresh randomness (not a keyed draw, so fast probabilities serve as they
+ * are): inverse CDF over blocks of routing positions (fused masses, kept in p; the float32 tier's where it runs,
+ * within 1e-5 of the true ones: the float32 softmax precision the torch backend samples with), then inside the
+ * block the draw lands in (the double fast exp). Same order and distribution as the exact scan, one read of the row. */
 #define DRAW_BLOCK 1024
 static int64_t draw_fast(const Step *s, int64_t b, double mx, double *p) {
     const int64_t V = s->V, nb = (V + DRAW_BLOCK - 1) / DRAW_BLOCK;
+    const int tier = f32_tier(s) ? TIER_F32 : TIER_F64;
     double total = 0.0;
     for (int64_t k = 0; k < nb; k++) {
         int64_t y0 = k * DRAW_BLOCK, y1 = y0 + DRAW_BLOCK < V ? y0 + DRAW_BLOCK : V;
-        p[k] = range_mass(s, b, y0, y1, mx, TIER_F64);
+        p[k] = range_mass(s, b, y0, y1, mx, tier);
         total += p[k];
     }
     double target = s->rand[b] * total, acc = 0.0;

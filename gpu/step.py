@@ -10,9 +10,10 @@ randomness when unmarked. The per-row state lives in tensors on the sampler's de
 a `ContextLog` and an optional `OpeningGate`), so no step needs a host sync.
 
 Backends (same tokens for marked rows, the reference's draw):
-  native  the C extension (gpu/_native/hero_kernels.c `sample_step`), CPU tensors; float64 throughout; chunk
-          masses from a vectorised exp, each routing decision taken only when it leads by a margin far above
-          both paths' rounding, else redone with libm's exp (`fast_step(False)` forces the exact path);
+  native  the C extension (gpu/_native/hero_kernels.c `sample_step`), CPU tensors; chunk masses from one fused
+          pass over the logits (float32 lanes first on AVX2 + FMA, then float64), each routing decision taken
+          only when it leads by a margin far above that tier's error, else redone by the next tier and at last
+          with libm's exp, the spec's arithmetic (`fast_step(False)` forces that exact path);
   triton  one kernel per step (gpu/triton_step.py), CUDA or the Triton interpreter (TRITON_INTERPRET=1);
   torch   element-wise torch (gpu/prf.py + gpu/sampler.route_and_sample), any device: the readable fallback.
 A new spec version adds one branch where the level seeds are derived (`HeroSampler.level_seeds` for torch,

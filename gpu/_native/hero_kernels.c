@@ -1224,6 +1224,20 @@ static inline __attribute__((always_inline, target("avx2,fma"))) __m256d exp4_av
     return _mm256_and_pd(_mm256_mul_pd(q, _mm256_castsi256_pd(sb)), ok);
 }
 
+/* The last (< 8) logits of a block, through the double pass's buffer; and a vector's four lanes summed */
+static inline __attribute__((always_inline, target("avx2,fma"))) double tail_mass_avx2(const float *x, int64_t n,
+                                                                                      double mx) {
+    double buf[8];
+    shift_f_avx2(buf, x, n, 1, mx);
+    fast_exp_avx2(buf, n);
+    return sum4(buf, n);
+}
+static inline __attribute__((always_inline, target("avx2,fma"))) double hsum4_avx2(__m256d v) {
+    double lanes[4];
+    _mm256_storeu_pd(lanes, v);
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
 /* The fused pass for contiguous float32 logits in one loop: convert, shift, exp and add in registers (no buffer). */
 FAST_FN static double exp_sum_f_avx2(const float *x, int64_t n, int64_t st, double mx) {
     if (st != 1) {
@@ -1242,16 +1256,9 @@ FAST_FN static double exp_sum_f_avx2(const float *x, int64_t n, int64_t st, doub
             acc0 = _mm256_add_pd(acc0, exp4_avx2(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(f)), m)));
             acc1 = _mm256_add_pd(acc1, exp4_avx2(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), m)));
         }
-        if (i < len) {
-            double buf[8];
-            shift_f_avx2(buf, xb + i, len - i, 1, mx);
-            fast_exp_avx2(buf, len - i);
-            total += sum4(buf, len - i);
-        }
+        if (i < len) total += tail_mass_avx2(xb + i, len - i, mx);
     }
-    double lanes[4];
-    _mm256_storeu_pd(lanes, _mm256_add_pd(acc0, acc1));
-    return total + (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    return total + hsum4_avx2(_mm256_add_pd(acc0, acc1));
 }
 FAST_FN static double exp_sum_d_avx2(const double *x, int64_t n, int64_t st, double mx) { EXP_SUM_BODY(avx2, d) }
 
@@ -1295,16 +1302,9 @@ FAST_FN static double exp_sum_f32_avx2(const float *x, int64_t n, double mx) {
         for (; i + 8 <= len; i += 8) a = _mm256_add_ps(a, exp8f_avx2(_mm256_sub_ps(_mm256_loadu_ps(xb + i), m)));
         acc = _mm256_add_pd(acc, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)),
                                                _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1))));
-        if (i < len) {
-            double buf[8];
-            shift_f_avx2(buf, xb + i, len - i, 1, mx);
-            fast_exp_avx2(buf, len - i);
-            total += sum4(buf, len - i);
-        }
+        if (i < len) total += tail_mass_avx2(xb + i, len - i, mx);
     }
-    double lanes[4];
-    _mm256_storeu_pd(lanes, acc);
-    return total + (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    return total + hsum4_avx2(acc);
 }
 static int fast_fma = 0; /* set at import: this CPU has AVX2 and FMA */
 #define FAST_CALL(name, ...) (isa->needs >= 1 && fast_fma ? name##_avx2(__VA_ARGS__) : name##_generic(__VA_ARGS__))

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+import gpu
 from gpu import cpu_kernel
 
 
@@ -18,6 +19,7 @@ def _fresh_loader(monkeypatch: pytest.MonkeyPatch, installed: types.ModuleType) 
     monkeypatch.setattr(cpu_kernel, "_TRIED", False)
     monkeypatch.setattr(cpu_kernel, "_ERROR", None)
     monkeypatch.setitem(sys.modules, "gpu._hero_kernels", installed)
+    monkeypatch.setattr(gpu, "_hero_kernels", installed, raising=False)  # `from gpu import _hero_kernels` reads it
     monkeypatch.setattr(cpu_kernel, "_build_in_cache", lambda: builds.append("built") or types.SimpleNamespace(
         ABI=cpu_kernel.ABI, SOURCE_SHA=cpu_kernel._source_sha()))
     return builds

@@ -1696,8 +1696,9 @@ static PyObject *py_isa(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(fast_step_doc,
              "fast_step([on[, margin]]) -> bool: whether sample_step routes marked rows on the fast path (vectorised\n"
-             "exp, each decision taken only when it leads by more than margin, default 1e-7; the same tokens as the\n"
-             "exact path); with arguments, set them and return the previous switch.");
+             "exp, each decision taken only when it leads by more than margin, default 1e-7, and by max(margin, 1e-4)\n"
+             "on the float32 tier; the same tokens as the exact path); with arguments, set them and return the\n"
+             "previous switch.");
 
 static PyObject *py_fast_step(PyObject *self, PyObject *args) {
     int on = -1;

@@ -1201,65 +1201,7 @@ FAST_FN static double row_max_d_avx2(const double *x, int64_t n) {
 }
 FAST_FN static void shift_f_avx2(double *p, const float *x, int64_t n, int64_t st, double mx) { SHIFT_BODY }
 FAST_FN static void shift_d_avx2(double *p, const double *x, int64_t n, int64_t st, double mx) { SHIFT_BODY }
-/* fast_exp_avx2's arithmetic on four lanes (the same operations, so the same bits), for the fused float32 pass */
-static inline __attribute__((always_inline, target("avx2,fma"))) __m256d exp4_avx2(__m256d x) {
-    const __m256d shifter = _mm256_set1_pd(6755399441055744.0);
-    __m256d ok = _mm256_cmp_pd(x, _mm256_set1_pd(-708.0), _CMP_GE_OQ); /* false for -inf and NaN */
-    __m256d xc = _mm256_and_pd(x, ok);
-    __m256d kd = _mm256_fmadd_pd(xc, _mm256_set1_pd(1.4426950408889634), shifter);
-    __m256i kb = _mm256_castpd_si256(kd);
-    kd = _mm256_sub_pd(kd, shifter);
-    __m256d r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(6.93147180369123816490e-01), xc);
-    r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(1.90821492927058770002e-10), r);
-    __m256d r2 = _mm256_mul_pd(r, r), r4 = _mm256_mul_pd(r2, r2), r8 = _mm256_mul_pd(r4, r4);
-    __m256d a0 = _mm256_add_pd(_mm256_set1_pd(1.0), r);
-    __m256d a1 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 6.0), _mm256_set1_pd(0.5));
-    __m256d a2 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 120.0), _mm256_set1_pd(1.0 / 24.0));
-    __m256d a3 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 5040.0), _mm256_set1_pd(1.0 / 720.0));
-    __m256d a4 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 362880.0), _mm256_set1_pd(1.0 / 40320.0));
-    __m256d a5 = _mm256_fmadd_pd(r, _mm256_set1_pd(1.0 / 39916800.0), _mm256_set1_pd(1.0 / 3628800.0));
-    __m256d q = _mm256_fmadd_pd(_mm256_fmadd_pd(a5, r2, a4), r8,
-                                _mm256_fmadd_pd(_mm256_fmadd_pd(a3, r2, a2), r4, _mm256_fmadd_pd(a1, r2, a0)));
-    __m256i sb = _mm256_slli_epi64(_mm256_add_epi64(kb, _mm256_set1_epi64x(1023 - 0x4338000000000000LL)), 52);
-    return _mm256_and_pd(_mm256_mul_pd(q, _mm256_castsi256_pd(sb)), ok);
-}
-
-/* The last (< 8) logits of a block, through the double pass's buffer; and a vector's four lanes summed */
-static inline __attribute__((always_inline, target("avx2,fma"))) double tail_mass_avx2(const float *x, int64_t n,
-                                                                                      double mx) {
-    double buf[8];
-    shift_f_avx2(buf, x, n, 1, mx);
-    fast_exp_avx2(buf, n);
-    return sum4(buf, n);
-}
-static inline __attribute__((always_inline, target("avx2,fma"))) double hsum4_avx2(__m256d v) {
-    double lanes[4];
-    _mm256_storeu_pd(lanes, v);
-    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-}
-
-/* The fused pass for contiguous float32 logits in one loop: convert, shift, exp and add in registers (no buffer). */
-FAST_FN static double exp_sum_f_avx2(const float *x, int64_t n, int64_t st, double mx) {
-    if (st != 1) {
-        EXP_SUM_BODY(avx2, f)
-    }
-    const __m256d m = _mm256_set1_pd(mx);
-    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
-    double total = 0.0;
-    int64_t i0 = 0;
-    for (; i0 < n; i0 += EXP_BLOCK) {
-        int64_t len = n - i0 < EXP_BLOCK ? n - i0 : EXP_BLOCK, i = 0;
-        const float *xb = x + i0;
-        if (!(row_max_f_avx2(xb, len) - mx >= -FAST_FLOOR)) continue;
-        for (; i + 8 <= len; i += 8) {
-            __m256 f = _mm256_loadu_ps(xb + i);
-            acc0 = _mm256_add_pd(acc0, exp4_avx2(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(f)), m)));
-            acc1 = _mm256_add_pd(acc1, exp4_avx2(_mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), m)));
-        }
-        if (i < len) total += tail_mass_avx2(xb + i, len - i, mx);
-    }
-    return total + hsum4_avx2(_mm256_add_pd(acc0, acc1));
-}
+FAST_FN static double exp_sum_f_avx2(const float *x, int64_t n, int64_t st, double mx) { EXP_SUM_BODY(avx2, f) }
 FAST_FN static double exp_sum_d_avx2(const double *x, int64_t n, int64_t st, double mx) { EXP_SUM_BODY(avx2, d) }
 
 /* The float32 tier: contiguous float32 logits, eight lanes in single precision (about three times the double
@@ -1290,6 +1232,15 @@ static inline __attribute__((always_inline, target("avx2,fma"))) __m256 exp8f_av
     return _mm256_and_ps(_mm256_mul_ps(q, _mm256_castsi256_ps(sb)), ok);
 }
 
+/* The last (< 8) logits of a float32 pass's block, through the double pass */
+static inline __attribute__((always_inline, target("avx2,fma"))) double tail_mass_avx2(const float *x, int64_t n,
+                                                                                      double mx) {
+    double buf[8];
+    shift_f_avx2(buf, x, n, 1, mx);
+    fast_exp_avx2(buf, n);
+    return sum4(buf, n);
+}
+
 FAST_FN static double exp_sum_f32_avx2(const float *x, int64_t n, double mx) {
     const __m256 m = _mm256_set1_ps((float)mx); /* mx is a float32 logit: exact */
     __m256d acc = _mm256_setzero_pd();
@@ -1304,7 +1255,9 @@ FAST_FN static double exp_sum_f32_avx2(const float *x, int64_t n, double mx) {
                                                _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1))));
         if (i < len) total += tail_mass_avx2(xb + i, len - i, mx);
     }
-    return total + hsum4_avx2(acc);
+    double lanes[4];
+    _mm256_storeu_pd(lanes, acc);
+    return total + (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 }
 static int fast_fma = 0; /* set at import: this CPU has AVX2 and FMA */
 #define FAST_CALL(name, ...) (isa->needs >= 1 && fast_fma ? name##_avx2(__VA_ARGS__) : name##_generic(__VA_ARGS__))

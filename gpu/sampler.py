@@ -131,13 +131,19 @@ class HeroSampler:
         device: torch.device | str = "cpu",
         stride: int = 0,
         seed_keys: list[bytes | None] | None = None,
+        multiplexed: bool = False,
     ) -> None:
-        """`seed_keys[l]`: spec v3 level key of level l (None: v1/v2, the entry key is the SipHash key)."""
+        """`seed_keys[l]`: spec v3 level key of level l (None: v1/v2, the entry key is the SipHash key).
+        `multiplexed` (spec v5): no routing (empty schedule); each marked position draws a whole token under the
+        one level its lane assigns (gpu/step.py)."""
         self.schedule = tuple(schedule)
         self.stride = stride
         self.segments = segments
         self.levels = len(table_keys)
-        if self.levels != len(self.schedule) + 1:
+        self.multiplexed = multiplexed
+        if multiplexed and (self.schedule or stride):
+            raise ValueError("a multiplexed (spec v5) sampler routes nothing: empty schedule, contiguous layout")
+        if not multiplexed and self.levels != len(self.schedule) + 1:
             raise ValueError("need one key table per level")
         width = max(len(t) for t in table_keys)
         padded = [t + [t[0]] * (width - len(t)) for t in table_keys]
@@ -158,11 +164,12 @@ class HeroSampler:
         s0, s1 = _prf_seed(sw[0].expand(b), sw[1].expand(b), context)
         return s0 ^ self.k0[level][m], s1 ^ self.k1[level][m]
 
-    def positions(self, context: Tensor) -> Tensor:
-        """Segment index k_t for each row's context [B, h] -> [B]."""
+    def positions(self, context: Tensor, segments: int | None = None) -> Tensor:
+        """Segment index k_t for each row's context [B, h] -> [B] (`segments`: another count of equal parts of
+        word 0, e.g. spec v5's 100 lanes)."""
         s0, s1 = _prf_seed(self.pos_k0, self.pos_k1, context)
         u0 = _stream(s0, s1, 1)[:, 0]
-        return (u0 * self.segments) >> 32
+        return (u0 * (segments or self.segments)) >> 32
 
     def sample(
         self,
@@ -172,7 +179,10 @@ class HeroSampler:
         watermark: Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """One token per row [B]; payload [B, K, L]; watermark [B] bool (False: plain sampling)."""
+        """One token per row [B]; payload [B, K, L]; watermark [B] bool (False: plain sampling). Spec v1-v4 only
+        (spec v5's level depends on the generator's index: gpu/step.py `FusedSampler`)."""
+        if self.multiplexed:
+            raise ValueError("a spec v5 draw needs the generator's index: use gpu.step.FusedSampler")
         context = context.to(torch.int64)
         k = self.positions(context)
         values = payload.to(torch.int64).gather(1, k.view(-1, 1, 1).expand(-1, 1, self.levels)).squeeze(1)

@@ -18,7 +18,12 @@ Backends (same tokens for marked rows, the reference's draw):
   torch   element-wise torch (gpu/prf.py + gpu/sampler.route_and_sample), any device: the readable fallback.
 A new spec version adds one branch where the level seeds are derived (`HeroSampler.level_seeds` for torch,
 `level_seed` in the C source, `_level_seed` in the Triton kernel); everything else is shared. Spec v3 (one
-SipHash seed per token and level XOR the value key) has its branch in all three.
+SipHash seed per token and level XOR the value key) has its branch in all three; v4 and v5 take v3's.
+Spec v5 (position-multiplexed levels, reference.py `v5_sample`) changes which seed a marked row draws under, in
+all three backends (`_multiplexed_seed` here, `step_row` in the C source, the SPEC >= 5 branch of the Triton
+kernel): no routing (empty schedule, contiguous layout); the lane q = (word 0 of the position stream * 100) >> 32
+and the slot's generated count before the step (front_tokens, front_public, public: `self.multiplex`) pick one
+level, whose seed alone is derived from segment 0's whole value; Gumbel-max over the whole vocabulary.
 
 The context log stores each continuation context's packed SipHash message words (h//2 + 1 int64), so the
 check is exact equality of the h-gram, not a hash. Its capacity grows on the host side (`ensure`), from
@@ -38,7 +43,8 @@ from gpu.opening import OpeningGate
 from gpu.sampler import HeroSampler, route_and_sample
 
 __all__ = ["BACKENDS", "SPEC_VERSIONS", "ContextLog", "FusedSampler", "message_words"]
-SPEC_VERSIONS = (1, 2, 3, 4)  # every backend implements every one of them (v4: v3's construction)
+SPEC_VERSIONS = (1, 2, 3, 4, 5)  # every backend implements every one of them (v4: v3's construction)
+LANES = 100  # spec v5: lanes of a position (word 0 of its position stream, scaled); verifier.engine.profile
 
 
 def message_words(h: int) -> int:
@@ -83,9 +89,15 @@ class ContextLog:
 class FusedSampler:
     """A `HeroSampler`'s key tables plus what the step needs to know of the profile (h, spec version)."""
 
-    def __init__(self, sampler: HeroSampler, context_width: int, spec_version: int) -> None:
+    def __init__(self, sampler: HeroSampler, context_width: int, spec_version: int,
+                 multiplex: tuple[int, int, int] | None = None) -> None:
+        """`multiplex` (spec v5 only, required there): (front_tokens, front_public, public) of the profile's
+        `Multiplex`: the public share of lanes, in percent, before and after the front."""
         if spec_version not in SPEC_VERSIONS:
             raise ValueError(f"fused step: spec version {spec_version} not supported (have {SPEC_VERSIONS})")
+        if (spec_version >= 5) != (multiplex is not None) or (spec_version >= 5) != sampler.multiplexed:
+            raise ValueError("spec v5 (and only it) needs a multiplexed sampler and its multiplex schedule")
+        self.multiplex = tuple(int(x) for x in multiplex) if multiplex is not None else None
         self.base = sampler
         self.h = context_width
         self.spec_version = spec_version
@@ -107,7 +119,7 @@ class FusedSampler:
             self._cpu_seed_keys = (host[:, 0].contiguous().numpy(), host[:, 1].contiguous().numpy())
 
     def __repr__(self) -> str:  # never the key words
-        return f"FusedSampler(levels={self.base.levels}, h={self.h}, spec_version={self.spec_version})"
+        return f"FusedSampler(levels={self.base.levels}, h={self.h}, spec_version={self.spec_version})"  # no keys
 
     def new_log(self, rows: int, capacity: int = 64) -> ContextLog:
         return ContextLog.empty(rows, self.h, self.device, capacity)
@@ -191,11 +203,11 @@ class FusedSampler:
             self.spec_version, slots.contiguous().numpy(), generated.shape[0], generated.numpy(), log.words.numpy(),
             log.counts.numpy(), log.capacity,
             rand.numpy(), out.numpy(), marks.numpy(), torch.get_num_threads(), *self._cpu_seed_keys,
+            *(self.multiplex or ()),  # spec v5: front_tokens, front_public, public (after the level keys)
         )
         return out, marks
 
     def _torch(self, logits, contexts, payload, generated, log, generator, slots) -> tuple[Tensor, Tensor]:
-        s = self.base
         ctx = contexts.to(torch.int64)
         msg = torch.stack(prf.context_words(ctx), dim=1)  # [B, NW]
         words, counts, gen = log.words[slots], log.counts[slots], generated[slots]
@@ -210,12 +222,34 @@ class FusedSampler:
         log.counts[slots] = counts + new.to(torch.int64)
         generated[slots] = gen + 1
         # the marked draw for every row (no data-dependent indexing: no host sync beyond route_and_sample's)
-        k = s.positions(ctx)
         pay = payload.to(torch.int64)[slots]
-        values = pay.gather(1, k.view(-1, 1, 1).expand(-1, 1, s.levels)).squeeze(1)
-        seeds = [s.level_seeds(lv, values[:, lv], ctx) for lv in range(s.levels)]  # the spec-version branch
-        marked = route_and_sample(logits, seeds, s.schedule, s.stride)
+        if self.multiplex is not None:
+            marked = route_and_sample(logits, [self._multiplexed_seed(ctx, pay[:, 0, :], gen)], ())
+        else:
+            marked = self._routed_draw(logits, ctx, pay)
         probs = torch.softmax(logits.to(torch.float32), dim=-1)
         race = torch.empty_like(probs).exponential_(generator=generator)
         plain = (probs / race).argmax(dim=1)
         return torch.where(mark, marked, plain), mark
+
+    def _routed_draw(self, logits: Tensor, ctx: Tensor, pay: Tensor) -> Tensor:
+        """Spec v1-v4: the position segment's values, one seed per level, routing then Gumbel-max in the chunk."""
+        s = self.base
+        k = s.positions(ctx)
+        values = pay.gather(1, k.view(-1, 1, 1).expand(-1, 1, s.levels)).squeeze(1)
+        seeds = [s.level_seeds(lv, values[:, lv], ctx) for lv in range(s.levels)]  # the spec-version branch
+        return route_and_sample(logits, seeds, s.schedule, s.stride)
+
+    def _multiplexed_seed(self, ctx: Tensor, values: Tensor, gen: Tensor) -> tuple[Tensor, Tensor]:
+        """Spec v5 (docs/spec.md section 19): the seed of the one level each row's lane assigns at its generator
+        index `gen` (whole values [B, L]); reference.v5_level written out element-wise."""
+        s = self.base
+        front, front_public, public = self.multiplex  # type: ignore[misc]
+        lane = s.positions(ctx, LANES)
+        pct = torch.where(gen < front, torch.full_like(gen, front_public), torch.full_like(gen, public))
+        deeper = 1 + (lane - pct).clamp(min=0) * (s.levels - 1) // (LANES - pct).clamp(min=1)
+        level = torch.where(lane < pct, torch.zeros_like(lane), deeper)
+        seeds = [s.level_seeds(lv, values[:, lv], ctx) for lv in range(s.levels)]
+        s0 = torch.stack([sd[0] for sd in seeds], 1).gather(1, level.view(-1, 1)).squeeze(1)
+        s1 = torch.stack([sd[1] for sd in seeds], 1).gather(1, level.view(-1, 1)).squeeze(1)
+        return s0, s1

@@ -74,3 +74,29 @@ def bit_errors(profile, level: int, decoded: dict, truth: dict) -> tuple[int, in
             tot += 1
             ok += v is not None and ((v >> i) & 1) == ((t >> i) & 1)
     return ok, tot
+
+
+def generate_fused(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0,
+                   backend: str | None = "torch", opening_nats: float = 0.0, top_k: int | None = None):
+    """Continuation ids [B, steps] drawn by the product's one generation step (gpu/step.py `FusedSampler`, via
+    verifier.engine.generation), from random logits (optionally top-k warped): every spec version, spec v5
+    included (its level depends on the generator's index, which only the fused step tracks)."""
+    from verifier.engine.generation import make_fused_sampler, new_opening
+
+    g = torch.Generator().manual_seed(seed)
+    h, v = profile.context_width, profile.vocab_size
+    fs = make_fused_sampler(profile, keyset)
+    pay = torch.tensor([encode_payload(profile, p) for p in payloads])
+    b = len(payloads)
+    ids = torch.randint(0, v, (b, h), generator=g)
+    gen = torch.zeros(b, dtype=torch.int64)
+    log = fs.new_log(b, capacity=steps + 1)
+    opening = new_opening(profile, b, opening_nats) if opening_nats else None
+    for _ in range(steps):
+        logits = torch.randn(b, v, generator=g) * sigma
+        if top_k:
+            kth = logits.topk(top_k, dim=1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        tok = fs.step(logits, ids[:, -h:], pay, gen, log, g, backend=backend, opening=opening)
+        ids = torch.cat([ids, tok.unsqueeze(1)], dim=1)
+    return ids[:, h:]

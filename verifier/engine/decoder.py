@@ -19,7 +19,7 @@ from gpu import prf
 from gpu.evidence import segment_scores
 from gpu.regions import region_tops
 from gpu.scoring import LevelKeys, ScoringSpec
-from verifier.engine import reference, stats
+from verifier.engine import multiplexed, reference, stats
 from verifier.engine.attribution import Attribution, decide_tops, whole_text_log_p
 from verifier.engine.keys import KeyTable
 from verifier.engine.payload import value_fields
@@ -176,6 +176,8 @@ class Decoder:
     def decode_ids(self, batch: Sequence[Sequence[int]]) -> list[DecodeResult]:
         if not batch:
             return []
+        if self.profile.multiplex is not None:
+            return self._decode_multiplexed(batch)
         ids, lengths = self.pad(batch)
         # Level 1 decides the position key: score every level-1 version with its own positions.
         per_v1 = {t.version: self._scores(ids, lengths, t.version, [(1, t)]) for t in self.tables[1]}
@@ -224,6 +226,21 @@ class Decoder:
             )
         return results
 
+    def _decode_multiplexed(self, batch: Sequence[Sequence[int]]) -> list[DecodeResult]:
+        """Spec v5: every level read at its own positions (engine/multiplexed.py), results as for v1-v4."""
+        self.pad(batch)  # every id checked against the vocabulary before any scoring
+        out = []
+        for ids, reads in zip(batch, multiplexed.decode_reads(self, batch), strict=True):
+            levels = [self._level_result(lv, r.table, r.attribution, [len(r.positions)], ids, r.positions)
+                      for lv, r in enumerate(reads, start=1)]
+            hang_on_level1(levels, self.unavailable)
+            n_scored = len(reference.scored_positions(list(ids), self.profile.context_width))
+            watermarked, log_p = text_verdict(levels, n_scored, self.alpha)
+            out.append(DecodeResult(watermarked=watermarked, p_value=stats.to_p(log_p), log10_p_value=_log10(log_p),
+                                    key_version=levels[0].key_version, tokens_scored=n_scored, levels=levels,
+                                    flags=text_flags(levels), spec_version=self.profile.spec_version))
+        return out
+
     def token_evidence(self, ids: Sequence[int]) -> tuple[DecodeResult, list[tuple[int, float]]]:
         """One text's decode plus, when level 1's own evidence is significant (`decoded`, `detected` or `mixed`:
         it then names its key version), the evidence each scored token gives the value the whole text supports
@@ -258,9 +275,11 @@ class Decoder:
         return result, out
 
     def _level_result(
-        self, level: int, table: KeyTable, att: Attribution, seg_counts: list[int], ids: Sequence[int]
+        self, level: int, table: KeyTable, att: Attribution, seg_counts: list[int], ids: Sequence[int],
+        read: list[int] | None = None,
     ) -> LevelResult:
-        """`seg_counts`: the text's scored tokens per segment (under its level-1 version)."""
+        """`seg_counts`: the text's scored tokens per segment (under its level-1 version); `read` (spec v5): the
+        text indices of the positions this level read, in the order its windows index them."""
         prof = self.profile
         lv = prof.levels[level - 1]
         tried = len(self.tables[level])
@@ -275,7 +294,7 @@ class Decoder:
             status, reason = "undecodable", self.unavailable[level]
         positions = None
         if att.spans:
-            positions = reference.scored_positions(list(ids), prof.context_width)
+            positions = read if read is not None else reference.scored_positions(list(ids), prof.context_width)
         val = self._value_of
         bit_confidence = att.bit_confidence or [None] * lv.value_bits
         if lv.issued is not None:  # the posterior is over issued values: each bit is at least as sure as the value

@@ -55,13 +55,16 @@ def make_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = 
         torch.device(device),
         stride=profile.routing_stride,
         seed_keys=[t.level_key for t in keyset.tables],
+        multiplexed=profile.multiplex is not None,
     )
 
 
 def make_fused_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = "cpu") -> FusedSampler:
     """The fused step (gpu/step.py) of the profile with every level's key table on `device`: the one sampling
     step of every generation path (`hero generate`, the SDK, `HeroWatermarkingConfig`, serving engines)."""
-    return FusedSampler(make_sampler(profile, keyset, device), profile.context_width, profile.spec_version)
+    mx = profile.multiplex
+    return FusedSampler(make_sampler(profile, keyset, device), profile.context_width, profile.spec_version,
+                        None if mx is None else (mx.front_tokens, mx.front_public, mx.public))
 
 
 def new_opening(profile: Profile, rows: int, nats: float | None = None,

@@ -19,7 +19,7 @@ from verifier.resources import project_root
 
 DEFAULT_FIRST_CHUNKS = 20
 DEFAULT_DEEPER_CHUNKS = 4
-SPEC_VERSIONS = (1, 2, 3, 4)
+SPEC_VERSIONS = (1, 2, 3, 4, 5)
 ENCODINGS = ("segments", "value")
 MAX_VALUE_BITS = 16  # a per-value level is decoded by trying all 2^bits values
 # The profile a NEW deployment (no keys yet, no HERO_PROFILE) is set up with: the best spec this release ships.
@@ -34,6 +34,40 @@ PROFILES_DIR_ENV = "HERO_PROFILES_DIR"  # a deployment's own profiles, searched 
 
 class ProfileError(ValueError):
     """A profile (or a payload against it) is malformed; the message says what to fix."""
+
+
+MULTIPLEX_LANES = 100  # spec v5: a scored position's lane q in 0..99 (word 0 of its position stream, scaled)
+
+
+@dataclass(frozen=True)
+class Multiplex:
+    """Spec v5 (docs/spec.md section 19): which level each marked position carries, by the generator's index t.
+
+    A position's lane q (0..99, from the level-1 position key) is public when q < `public_percent(t)`: the first
+    `front_tokens` tokens of a response use `front_public`, later ones `public`. Non-public lanes are split evenly
+    among the deeper levels. Percent integers, so every backend compares integers (no rounding to agree on)."""
+
+    front_tokens: int
+    front_public: int
+    public: int
+
+    def public_percent(self, t: int) -> int:
+        """Share of public lanes (percent) at generator index t (0-based)."""
+        return self.front_public if t < self.front_tokens else self.public
+
+    @property
+    def hypotheses(self) -> tuple[str, ...]:
+        """What a verifier reads (it does not know the generator's index): `verbatim` (text index = generator
+        index) and, when the front differs from the rest, `excerpt` (every position at the late share)."""
+        if self.front_tokens == 0 or self.front_public == self.public:
+            return ("verbatim",)
+        return ("verbatim", "excerpt")
+
+    def level_of(self, lane: int, percent: int, depth: int) -> int:
+        """1-based level of a lane at a public share `percent` in a profile of `depth` levels."""
+        if lane < percent:
+            return 1
+        return 2 + (lane - percent) * (depth - 1) // (MULTIPLEX_LANES - percent)
 
 
 @dataclass(frozen=True)
@@ -90,6 +124,7 @@ class Profile:
     # revision pin, and the SHA-256 of the tokenizer the keys were made with (a different one is refused)
     tokenizer_revision: str | None = None
     tokenizer_fingerprint: str | None = None
+    multiplex: Multiplex | None = None  # spec v5: position-multiplexed levels (section 19)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -98,7 +133,9 @@ class Profile:
 
     @property
     def schedule(self) -> tuple[int, ...]:
-        """Chunk schedule (K_1, ..., K_{L-1})."""
+        """Chunk schedule (K_1, ..., K_{L-1}); empty under spec v5 (every level draws whole tokens)."""
+        if self.multiplex is not None:
+            return ()
         return tuple(int(lv.chunks) for lv in self.levels[:-1])  # type: ignore[arg-type]
 
     @property
@@ -146,6 +183,8 @@ class Profile:
             **({"revision": self.tokenizer_revision} if self.tokenizer_revision is not None else {}),
             **({"tokenizer_fingerprint": self.tokenizer_fingerprint} if self.tokenizer_fingerprint else {}),
             "routing": self.routing,
+            **({"multiplex": {"front_tokens": self.multiplex.front_tokens, "front_public": self.multiplex.front_public,
+                              "public": self.multiplex.public}} if self.multiplex is not None else {}),
             "levels": [
                 {
                     "bits": lv.bits,
@@ -197,7 +236,12 @@ def _level(raw: Any, i: int, last: bool, segments: int, where: str, seen: set[st
     if not 1 <= bits <= 8:
         raise ProfileError(f"{lw}: bits must be in 1..8 (2^bits candidates are tried per segment)")
     chunks: int | None = None
-    if not last:
+    if spec_version >= 5:
+        if "chunks" in raw:
+            raise ProfileError(f"{lw}: spec v5 routes nothing (each position's level draws a whole token): no 'chunks'")
+        if raw.get("encoding", "value") != "value":
+            raise ProfileError(f"{lw}: every spec v5 level is per value (encoding: value)")
+    elif not last:
         chunks = _int(raw, "chunks", lw, DEFAULT_FIRST_CHUNKS if i == 1 else DEFAULT_DEEPER_CHUNKS)
         if chunks < 2:
             raise ProfileError(f"{lw}: chunks must be >= 2")
@@ -210,7 +254,8 @@ def _level(raw: Any, i: int, last: bool, segments: int, where: str, seen: set[st
     total = sum(f.bits for f in fields)
     if total != bits * segments:
         raise ProfileError(f"{lw}: fields hold {total} bits but the level carries bits x segments = {bits * segments}")
-    encoding = raw.get("encoding", "segments" if spec_version == 1 or i == 1 else "value")
+    encoding = raw.get("encoding", "value" if spec_version >= 5 else "segments" if spec_version == 1 or i == 1
+                       else "value")
     if encoding not in ENCODINGS:
         raise ProfileError(f"{lw}: encoding must be one of {ENCODINGS}, got {encoding!r}")
     if encoding == "value" and spec_version < 2:
@@ -257,7 +302,7 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
     where = f"profile {name!r}"
     spec_version = _int(data, "spec_version", where, 1)
     if spec_version not in SPEC_VERSIONS:
-        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1-4)")
+        raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1-5)")
     vocab = _int(data, "vocab_size", where)
     h = _int(data, "context_width", where, 4)
     segments = _int(data, "segments", where)
@@ -275,7 +320,8 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
         _level(raw, i, i == len(raw_levels), segments, where, seen, spec_version)
         for i, raw in enumerate(raw_levels, start=1)
     )
-    routed = math.prod(lv.chunks for lv in levels[:-1])  # type: ignore[misc]
+    multiplex = _multiplex(data, where, spec_version, len(levels))
+    routed = math.prod(lv.chunks or 1 for lv in levels[:-1])
     if routed > vocab:
         raise ProfileError(
             f"{where}: chunk schedule product {routed} exceeds vocab_size {vocab}; use fewer or smaller chunks"
@@ -294,7 +340,32 @@ def profile_from_dict(data: dict[str, Any]) -> Profile:
         raise ProfileError(f"{where}: 'tokenizer_fingerprint' must be 64 lowercase hex digits (a SHA-256)")
     return Profile(name=name, vocab_size=vocab, segments=segments, levels=levels, context_width=h,
                    tokenizer=tokenizer, spec_version=spec_version, routing=routing, tokenizer_revision=revision,
-                   tokenizer_fingerprint=fingerprint)
+                   tokenizer_fingerprint=fingerprint, multiplex=multiplex)
+
+
+def _multiplex(data: dict[str, Any], where: str, spec_version: int, depth: int) -> Multiplex | None:
+    """Spec v5's `multiplex` mapping (required there, refused elsewhere)."""
+    raw = data.get("multiplex")
+    if spec_version < 5:
+        if raw is not None:
+            raise ProfileError(f"{where}: 'multiplex' (position-multiplexed levels) needs spec_version 5")
+        return None
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: spec v5 needs 'multiplex: {{front_tokens, front_public, public}}'")
+    unknown = set(raw) - {"front_tokens", "front_public", "public"}
+    if unknown:
+        raise ProfileError(f"{where}: multiplex: unknown key {sorted(unknown)[0]!r}")
+    mw = f"{where} multiplex"
+    front = _int(raw, "front_tokens", mw, 0)
+    public = _int(raw, "public", mw)
+    front_public = _int(raw, "front_public", mw, public)
+    if not 0 <= front <= 4096:
+        raise ProfileError(f"{mw}: front_tokens must be in 0..4096")
+    top = MULTIPLEX_LANES if depth == 1 else MULTIPLEX_LANES - 1
+    if not 1 <= public <= top or not public <= front_public <= MULTIPLEX_LANES:
+        raise ProfileError(f"{mw}: public must be a percent in 1..{top} (deeper levels need lanes) and "
+                           "front_public in public..100")
+    return Multiplex(front, front_public, public)
 
 
 def load_profile(path: str | Path) -> Profile:

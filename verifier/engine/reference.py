@@ -1,4 +1,4 @@
-"""Pure-Python reference of the frozen HeRo randomness, spec v1, v2 and v3 (docs/spec.md).
+"""Pure-Python reference of the frozen HeRo randomness, spec v1-v5 (docs/spec.md).
 
 Slow on purpose and written to be read next to the spec: every fast path (torch, compiled CPU, CUDA)
 is tested for bit equality against these functions.  Nothing here imports torch or numpy.
@@ -265,6 +265,55 @@ def hero_sample(
         if g > best:
             best, best_j = g, j
     return deinterleave(offset + best_j, v, stride)
+
+
+# --- spec v5: position-multiplexed levels (docs/spec.md section 19) ---------------------------
+
+V5_LANES = 100
+
+
+def v5_lane(pos_key: bytes, context: Sequence[int]) -> int:
+    """Lane q in 0..99 of a position: word 0 of its position stream scaled, (u_0 * 100) >> 32."""
+    return position(prf_seed(pos_key, context), V5_LANES)
+
+
+def v5_level(lane: int, percent: int, depth: int) -> int:
+    """1-based level a lane carries at public share `percent`: 1 below it, else the deeper levels split the rest
+    evenly: 2 + (q - percent) (depth - 1) div (100 - percent)."""
+    if lane < percent:
+        return 1
+    return 2 + (lane - percent) * (depth - 1) // (V5_LANES - percent)
+
+
+def v5_sample(probs: Sequence[float], value_keys: Sequence[bytes], level_keys: Sequence[bytes], pos_key: bytes,
+              context: Sequence[int], percent: int) -> int:
+    """Reference spec v5 step (one marked row): the position's level l from its lane, then a whole-token
+    Gumbel-max under level l's stream: argmax_j log p_j + G_j, G_j from word j (j = token id) of
+    SipHash(level key_l, context) XOR value key_l(m^(l)). `value_keys[l]`: the payload value's key of level l+1;
+    `percent`: the public share at this generator index (`Multiplex.public_percent`)."""
+    lv = v5_level(v5_lane(pos_key, context), percent, len(value_keys))
+    seed = v3_seed(prf_seed(level_keys[lv - 1], context), value_keys[lv - 1])
+    best, best_j = -math.inf, 0
+    for j, p in enumerate(probs):
+        if p <= 0.0:
+            continue
+        g = math.log(p) - math.log(-math.log(uniform(seed, j)))
+        if g > best:
+            best, best_j = g, j
+    return best_j
+
+
+def v5_token_evidence(ids: Sequence[int], h: int, pos_key: bytes, level_key: bytes, value_keys: Sequence[bytes],
+                      ) -> list[tuple[int, int, list[float]]]:
+    """Per scored position of a text (section 8's rule): (text index, lane, evidence per value key) for one level:
+    word x_t of SipHash(level key, context) XOR value key. Which positions a level reads (its lanes under a
+    hypothesis) is the decoder's choice; the evidence itself is bit-exact on every backend."""
+    out = []
+    for t in scored_positions(ids, h):
+        ctx = ids[t - h : t]
+        seed = prf_seed(level_key, ctx)
+        out.append((t, v5_lane(pos_key, ctx), [evidence(random_u32(v3_seed(seed, k), ids[t])) for k in value_keys]))
+    return out
 
 
 # --- which generated token is marked ------------------------------------------------------------

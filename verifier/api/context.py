@@ -55,22 +55,24 @@ class ServiceContext:
                     vet: Callable[[Grant], object] | None = None, per_request_tokens: bool = True,
                     lm_runs: bool = True) -> Grant:
         """The level granted to `p` (403), the input limits (413/422: in LM tokens too when model-aware scoring
-        will run), `vet(grant)` (the request's own checks, in a thread: e.g. `expect`), then the caller's quota
-        (429; LM tokens counted when the LM runs): the same checks, in the same order, before every decode an
-        endpoint starts. Nothing refused before the quota is charged to it. `per_request_tokens`: the
-        per-request LM-token cap applies (an answer now; a job's texts are scored batch by batch); `lm_runs`: False
-        where the endpoint never runs the LM (per-token evidence)."""
+        will run), then the caller's quota (429; LM tokens counted when the LM runs), then `vet(grant)` (the
+        request's own checks, in a thread: e.g. `expect`, whose refusal is audited): the same checks, in the same
+        order, before every decode an endpoint starts. Nothing that writes comes before the quota: a refusal is
+        charged like any request, and over quota nothing is written (a refusal storm cannot grow the audit log
+        faster than the caller's quota). `per_request_tokens`: the per-request LM-token cap applies (an answer
+        now; a job's texts are scored batch by batch); `lm_runs`: False where the endpoint never runs the LM
+        (per-token evidence)."""
         grant = self.policy.grant(p.role, self.profile, requested)
         check_texts(texts, max_texts, self.settings.max_text_chars)
         lm_tokens = 0
         if self.model_aware and lm_runs:
             lm_tokens = await run_in_threadpool(self._lm_tokens, texts, per_request_tokens)
-        if vet is not None:
-            await run_in_threadpool(vet, grant)
         if isinstance(self.limiter.counter, MemoryCounter):
             charge_quota(self.limiter, self.policy, p, len(texts), lm_tokens)  # in memory: no I/O on the loop
         else:
             await run_in_threadpool(charge_quota, self.limiter, self.policy, p, len(texts), lm_tokens)
+        if vet is not None:
+            await run_in_threadpool(vet, grant)
         return grant
 
     @property

@@ -17,7 +17,6 @@ from verifier.audit.service import record
 from verifier.auth.policy import Grant
 from verifier.auth.principal import Principal
 from verifier.errors import DomainError, InvalidInput
-from verifier.verify.disclosure import check_texts
 from verifier.verify.evidence import token_evidence
 from verifier.verify.expect import check_cap, refusal_events
 from verifier.verify.runner import DecodeJob
@@ -47,21 +46,36 @@ async def verify(body: VerifyIn, ctx: Ctx, p: VerifyCaller, request: Request) ->
         return {"results": await verify_call(ctx, p, texts, body.max_level, body.expect, request.receive)}
     if body.expect:
         raise InvalidInput("give `expect` per text or for the whole request, not both")
-    return {"results": await verify_each_expect(ctx, p, texts, own, body.max_level)}
+    return {"results": await verify_each_expect(ctx, p, texts, own, body.max_level, request.receive)}
 
 
 async def verify_each_expect(ctx: ServiceContext, p: Principal, texts: list[str],
-                             expects: list[dict[str, int] | None], max_level: int | None) -> list[dict]:
-    """Texts with an `expect` of their own: one decode per distinct `expect` (each vetted, capped and audited
-    as a request-level one), results back in input order. The limits are checked on the whole request first,
-    so an error names the text by its place in it."""
-    check_texts(texts, ctx.settings.max_texts, ctx.settings.max_text_chars)
+                             expects: list[dict[str, int] | None], max_level: int | None,
+                             receive: Callable[[], Awaitable[dict]] | None = None) -> list[dict]:
+    """Texts with an `expect` of their own: admitted (and charged) once as one request, every `expect` vetted and
+    the cap checked over all of them together (32 per-text values about one text are 32 questions, not 32 first
+    ones), then one decode per distinct `expect`, results back in input order."""
     groups: dict[tuple, list[int]] = {}
     for i, e in enumerate(expects):
         groups.setdefault(tuple(sorted((e or {}).items())), []).append(i)
+    asked: dict[tuple, tuple[tuple[int, int], ...]] = {}
+
+    def vet(grant: Grant) -> None:
+        try:
+            for key in groups:
+                asked[key] = expected_levels(ctx.profile, dict(key) or None, grant.level)
+            check_cap(ctx.db, p.actor, [(texts[i], asked[key]) for key, idx in groups.items() for i in idx],
+                      ctx.settings.expect_max_values)
+        except DomainError as exc:
+            record(ctx.db, [ev for i, t in enumerate(texts)
+                            for ev in refusal_events(p.actor, [t], expects[i], exc.status, grant.level)])
+            raise
+
+    grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet)
     results: list[dict] = [{}] * len(texts)
     for key, idx in groups.items():
-        out = await verify_call(ctx, p, [texts[i] for i in idx], max_level, dict(key) or None)
+        out = await run_verify(ctx, p, DecodeJob(ctx.profile, tuple(texts[i] for i in idx), grant.level,
+                                                 ctx.settings.alpha, expect=asked[key]), receive)
         for i, r in zip(idx, out, strict=True):
             results[i] = r
     return results
@@ -74,13 +88,13 @@ async def _disconnected(receive: Callable[[], Awaitable[dict]]) -> None:
 
 
 async def _cancellable(ctx: ServiceContext, p: Principal, job: DecodeJob,
-                       receive: Callable[[], Awaitable[dict]] | None) -> list[dict]:
+                       receive: Callable[[], Awaitable[dict]] | None, cap: int | None = None) -> list[dict]:
     """A model-aware decode on its own (not micro-batched: its cost is the LM's, and one caller's cancel must stop
     only its own work), stopped at its next check when the client disconnects (verifier/cancel.py)."""
     cancel = threading.Event()
     job = dataclasses.replace(job, cancel=cancel)
     work = asyncio.ensure_future(run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
-                                                   ctx.settings.checkpoint_interval_seconds))
+                                                   ctx.settings.checkpoint_interval_seconds, cap))
     if receive is None:
         return await work
     watch = asyncio.ensure_future(_disconnected(receive))
@@ -100,18 +114,26 @@ async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_l
     `receive`: the request's ASGI receive, watched for a disconnect while a model-aware decode runs."""
     asked: tuple[tuple[int, int], ...] = ()
 
-    def vet(grant: Grant) -> None:  # before the quota: a refused `expect` costs none, and is audited
+    def vet(grant: Grant) -> None:  # after the quota: a refused `expect` is charged, then audited
         nonlocal asked
         asked = vet_expect(ctx, p, texts, expect, grant.level)
 
     grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet if expect else None)
-    job = DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha, expect=asked)
+    return await run_verify(ctx, p, DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha,
+                                              expect=asked), receive)
+
+
+async def run_verify(ctx: ServiceContext, p: Principal, job: DecodeJob,
+                     receive: Callable[[], Awaitable[dict]] | None = None) -> list[dict]:
+    """An admitted decode, audited and released: model-aware on its own, else through the micro-batcher. With
+    `expect`, the cap is enforced again where the values are counted (under the audit chain's lock)."""
+    cap = ctx.settings.expect_max_values if job.expect else None
     if ctx.model_aware:
-        return await _cancellable(ctx, p, job, receive)
+        return await _cancellable(ctx, p, job, receive, cap)
     if ctx.batcher is not None:  # answered after the batch's audit transaction commits
-        return await ctx.batcher.verify(VerifyRequest(job, p.actor))
+        return await ctx.batcher.verify(VerifyRequest(job, p.actor, cap))
     return await run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
-                                   ctx.settings.checkpoint_interval_seconds)
+                                   ctx.settings.checkpoint_interval_seconds, cap)
 
 
 def vet_expect(ctx: ServiceContext, p: Principal, texts: list[str], expect: dict[str, int] | None,
@@ -120,7 +142,7 @@ def vet_expect(ctx: ServiceContext, p: Principal, texts: list[str], expect: dict
     HERO_EXPECT_MAX_VALUES for a text), recorded as `verify.refused` events before it is raised."""
     try:
         asked = expected_levels(ctx.profile, expect, level)
-        check_cap(ctx.db, p.actor, texts, asked, ctx.settings.expect_max_values)
+        check_cap(ctx.db, p.actor, [(t, asked) for t in texts], ctx.settings.expect_max_values)
         return asked
     except DomainError as exc:
         record(ctx.db, refusal_events(p.actor, texts, expect, exc.status, level))

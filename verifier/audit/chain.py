@@ -46,6 +46,7 @@ class AppendedEvent:
     detail: str | None
     prev_hash: str
     hash: str
+    issuer: str | None = None  # hashed only when set (see row_fields)
     leaf_data: bytes | None = field(default=None, repr=False)  # canonical(row_fields): hashed twice, built once
 
 
@@ -53,7 +54,13 @@ _hashed_values = attrgetter(*HASHED_FIELDS)  # one C call for the row's hashed v
 
 
 def row_fields(row: AuditEventRow | AppendedEvent) -> dict[str, object]:
-    return dict(zip(HASHED_FIELDS, _hashed_values(row), strict=True))
+    """The hashed fields: HASHED_FIELDS, and `issuer` when the event has one (events without it, all those written
+    before it existed among them, hash exactly as they always did)."""
+    fields = dict(zip(HASHED_FIELDS, _hashed_values(row), strict=True))
+    issuer = getattr(row, "issuer", None)
+    if issuer is not None:
+        fields["issuer"] = issuer
+    return fields
 
 
 # canonical_row writes the keys in this (sorted) order; the assert keeps it tied to HASHED_FIELDS.
@@ -68,11 +75,13 @@ def canonical_row(row: AuditEventRow | AppendedEvent) -> bytes:
     idx) goes through `canonical` itself, so the bytes are the same for every row
     (tests/service/test_audit_fastpaths.py)."""
     idx, created_at, action, subject, role, jti, levels, key_version, text_sha256, outcome, detail = _hashed_values(row)
+    issuer = getattr(row, "issuer", None)
     if type(idx) is int:  # bool or int subclasses: json and str() may spell them differently
         try:
+            iss = "" if issuer is None else f'"issuer":{_json_str(issuer)},'  # sorted between idx and jti
             return (
                 f'{{"action":{_json_str(action)},"created_at":{_json_str(created_at)},'
-                f'"detail":{"null" if detail is None else _json_str(detail)},"idx":{idx},"jti":{_json_str(jti)},'
+                f'"detail":{"null" if detail is None else _json_str(detail)},"idx":{idx},{iss}"jti":{_json_str(jti)},'
                 f'"key_version":{"null" if key_version is None else _json_str(key_version)},'
                 f'"levels":{_json_str(levels)},"outcome":{_json_str(outcome)},"role":{_json_str(role)},'
                 f'"subject":{_json_str(subject)},'

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Float, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import Float, Index, Integer, LargeBinary, PrimaryKeyConstraint, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from verifier.db import Base
@@ -26,6 +26,24 @@ class AuditEventRow(Base):
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     prev_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     hash: Mapped[str] = mapped_column(String(64), nullable=False)  # not indexed: nothing looks it up (0006)
+    # the token issuer of the subject (0010); hashed only when set, so events written before it hash as they did
+    issuer: Mapped[str | None] = mapped_column(String(256), nullable=True)
+
+
+class ExpectAskRow(Base):
+    """One value one subject asked about one text (`expect`, verify/expect.py): the counter behind the cap and the
+    correction. Its primary key makes each (issuer, subject, text key, level, value) count once however many
+    processes ask at once; rows are written in the audit transaction of the answer (or refusal) they count."""
+
+    __tablename__ = "hero_expect_asks"
+    __table_args__ = (PrimaryKeyConstraint("issuer", "subject", "text_key", "level", "value",
+                                           name="pk_hero_expect_asks"),)
+
+    issuer: Mapped[str] = mapped_column(String(256), nullable=False)  # "" for rows carried over from the log
+    subject: Mapped[str] = mapped_column(String(256), nullable=False)
+    text_key: Mapped[str] = mapped_column(String(80), nullable=False)  # verify/expect.text_key
+    level: Mapped[int] = mapped_column(Integer, nullable=False)
+    value: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
 class AuditTreeNodeRow(Base):

@@ -47,11 +47,13 @@ class AuditUnavailable(Unavailable):
 
 @dataclass(frozen=True)
 class Actor:
-    """Who an audited action is for: the token's subject, role and token id."""
+    """Who an audited action is for: the token's subject, role and token id, and the issuer that vouched for the
+    subject ("" for the operator's CLI): one `sub` at two issuers is two subjects."""
 
     subject: str
     role: str
     jti: str
+    issuer: str = ""
 
 
 # Every action the service records: the one list (the console's audit filter comes from it; tests/service/
@@ -72,13 +74,14 @@ class AuditEvent:
     text_sha256: str | None = None
     outcome: str = "ok"
     detail: str | None = None
+    issuer: str | None = None
 
     @classmethod
     def of(cls, actor: Actor, action: str, levels: Sequence[int] = (), key_version: str | None = None,
            text_sha256: str | None = None, outcome: str = "ok", detail: str | None = None) -> AuditEvent:
         """The event of `action` done by `actor` (the one place an Actor becomes an event's who)."""
         return cls(action, actor.subject, actor.role, actor.jti, list(levels), key_version, text_sha256, outcome,
-                   detail)
+                   detail, actor.issuer[:256] or None)
 
 
 
@@ -109,6 +112,7 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
             detail=ev.detail,
             prev_hash=prev,
             hash="",
+            issuer=ev.issuer,
         )
         row.leaf_data = data = canonical_row(row)
         row.hash = prev = hash_canonical(prev, data)
@@ -162,6 +166,7 @@ def record_prepared(db: Database, prepare: Callable[[Session], Sequence[AuditEve
 def event_dict(row: AuditEventRow) -> dict[str, object]:
     d = row_fields(row)
     d["levels"] = [int(x) for x in row.levels.split(",") if x]
+    d.setdefault("issuer", None)  # listed for every event; hashed only where set (chain.row_fields)
     d["prev_hash"] = row.prev_hash
     d["hash"] = row.hash
     return d

@@ -18,4 +18,4 @@ class Principal:
 
     @property
     def actor(self) -> Actor:
-        return Actor(self.sub, self.role, self.jti)
+        return Actor(self.sub, self.role, self.jti, self.iss)

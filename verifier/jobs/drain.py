@@ -217,7 +217,7 @@ def drain(dc: DrainContext, job_id: str) -> DrainOutcome:
             except DomainError as exc:
                 return _failed(dc, job_id, exc, written + storer.finish())
             del texts, ids
-            actor = Actor(c.job.owner_sub, c.job.role, c.job.jti)
+            actor = Actor(c.job.owner_sub, c.job.role, c.job.jti, c.job.owner_iss)
             details = [f"job={c.job.id} item={it.idx}" for it in c.items]
             events = audit_events(actor, [it.text_sha256 for it in c.items], results, details)
             if dc.delay_s:

@@ -18,7 +18,7 @@ from typing import Protocol
 from verifier.audit.service import Actor, record_prepared, text_digest
 from verifier.audit.signer import LogSigner
 from verifier.db import Database
-from verifier.engine.payload import PayloadError, level_values
+from verifier.engine.payload import PayloadError, level_values, value_fields
 from verifier.engine.profile import Profile
 from verifier.errors import Forbidden, InvalidInput
 from verifier.metrics import DISCLOSURES, VERIFY_SECONDS, VERIFY_TEXTS
@@ -33,6 +33,7 @@ class VerifyRequest:
 
     job: DecodeJob
     actor: Actor
+    expect_cap: int | None = None  # HERO_EXPECT_MAX_VALUES, enforced under the chain lock (verify/expect.py)
 
     def __repr__(self) -> str:  # texts may be sensitive: never log them
         return f"VerifyRequest({self.job!r}, role={self.actor.role!r})"
@@ -123,17 +124,34 @@ def verify_batch(
     if all(isinstance(o, BaseException) for o in outcomes):
         return outcomes
 
+    counts = [0] * len(requests)  # audit events per request, in order: each answered result has one receipt
+
     def prepare(s) -> list:
         events = []
-        for req, results in zip(requests, decoded, strict=True):
+        ledgers: dict[Actor, expect.Ledger] = {}
+        for i, (req, results) in enumerate(zip(requests, decoded, strict=True)):
+            counts[i] = 0
             if isinstance(results, BaseException):
                 continue
             digests = [text_digest(t) for t in req.job.texts]
             details = None
-            if req.job.expect:
-                details = expect.correct(results, digests, expect.prior_asks(s, req.actor, digests), req.job.expect,
-                                         req.job.alpha)
-            events.extend(audit_events(req.actor, digests, results, details))
+            if req.job.expect:  # counted and capped here, under the chain lock: exact under concurrency
+                ledger = ledgers.setdefault(req.actor, expect.Ledger(s, req.actor))
+                keys = ledger.load(req.job.texts)
+                why = (ledger.over_cap([(k, req.job.expect) for k in keys], req.expect_cap)
+                       if req.expect_cap is not None else None)
+                if why is not None:
+                    outcomes[i] = refused = expect.ExpectCapReached(why)
+                    asked = {k: v for lv, val in req.job.expect
+                             for k, v in value_fields(req.job.profile, lv, val).items()}
+                    made = expect.refusal_events(req.actor, req.job.texts, asked, refused.status, req.job.level)
+                    events.extend(made)
+                    counts[i] = len(made)
+                    continue
+                details = expect.correct(results, ledger.add(keys, req.job.expect), req.job.expect, req.job.alpha)
+            made = audit_events(req.actor, digests, results, details)
+            events.extend(made)
+            counts[i] = len(made)
         return events
 
     try:
@@ -142,7 +160,11 @@ def verify_batch(
     except Exception as exc:  # no audit row: nobody in the batch gets an answer
         return [o if isinstance(o, BaseException) else exc for o in outcomes]
     receipts = iter(receipt_list) if receipt_list is not None else None
-    for req, o in zip(requests, outcomes, strict=True):
+    for req, o, n in zip(requests, outcomes, counts, strict=True):
+        if receipts is not None and isinstance(o, BaseException):
+            for _ in range(n):  # a refusal's own events: recorded, no answer to carry their receipts
+                next(receipts)
+            continue
         if isinstance(o, BaseException):
             continue
         if receipts is not None:
@@ -156,11 +178,11 @@ def verify_batch(
 
 def verify_texts(
     runner: DecodeRunner, db: Database, job: DecodeJob, actor: Actor, signer: LogSigner | None = None,
-    interval_s: float = 0.0,
+    interval_s: float = 0.0, expect_cap: int | None = None,
 ) -> list[dict]:
     """Decode, audit (committed first: no audit row, no answer), release; with `signer`, each result carries
     its event's transparency-log receipt, made in the same transaction as the events."""
-    (out,) = verify_batch(runner, db, [VerifyRequest(job, actor)], signer, interval_s)
+    (out,) = verify_batch(runner, db, [VerifyRequest(job, actor, expect_cap)], signer, interval_s)
     if isinstance(out, BaseException):
         raise out
     return out

@@ -1,4 +1,4 @@
-"""Regenerates tests/vectors/hero_v1.json, hero_v2.json, hero_v3.json and hero_v4.json from the pure-Python reference.
+"""Regenerates tests/vectors/hero_v1.json ... hero_v5.json from the pure-Python reference.
 
 The files are frozen: once released, a change to any value is a breaking change of the spec
 (docs/spec.md). Run only to add new vectors: `python tests/vectors/make_vectors.py [v1|v2|v3]`.
@@ -24,6 +24,7 @@ OUT = Path(__file__).with_name("hero_v1.json")
 OUT_V2 = Path(__file__).with_name("hero_v2.json")
 OUT_V3 = Path(__file__).with_name("hero_v3.json")
 OUT_V4 = Path(__file__).with_name("hero_v4.json")
+OUT_V5 = Path(__file__).with_name("hero_v5.json")
 
 
 def hexb(b: bytes) -> str:
@@ -311,8 +312,62 @@ def main_v3(spec_version: int = 3) -> None:
     print(f"wrote {out}")
 
 
+def main_v5() -> None:
+    """Spec v5 (docs/spec.md section 19): lanes, the level a lane carries, whole-token draws under that level's
+    stream (keys as v3), and per-token evidence of a text under one level key (what each level reads)."""
+    rng = random.Random(20261206)
+    rb = lambda n: bytes(rng.randrange(256) for _ in range(n))  # noqa: E731
+    v: dict = {"spec_version": 5, "lanes": 100}
+    v["lane"] = []
+    for h in (1, 3, 4):
+        pos = rb(16)
+        ctxs = [[rng.randrange(262144) for _ in range(h)] for _ in range(6)]
+        v["lane"].append({"position_key": hexb(pos), "contexts": ctxs, "lanes": [R.v5_lane(pos, c) for c in ctxs]})
+    v["level"] = [{"lane": q, "percent": pct, "depth": d, "level": R.v5_level(q, pct, d)}
+                  for q, pct, d in [(0, 50, 2), (49, 50, 2), (50, 50, 2), (99, 50, 2), (99, 100, 2), (34, 35, 3),
+                                    (35, 35, 3), (67, 35, 3), (68, 35, 3), (99, 35, 3), (0, 1, 4), (98, 1, 4)]]
+    v["sample"] = []
+    # (vocab, bits per level, segments, h, multiplex (front_tokens, front_public, public), generator index)
+    for vocab, bits, segs, h, mx, t in [
+        (97, [2, 3], 2, 3, (50, 100, 50), 10), (97, [2, 3], 2, 3, (50, 100, 50), 60),
+        (1000, [2, 3], 4, 3, (50, 100, 35), 70), (1000, [1, 2, 2], 2, 2, (0, 10, 10), 5),
+        (1000, [2, 3], 4, 3, (20, 80, 20), 25), (4000, [2, 3], 4, 3, (50, 100, 50), 90),
+    ]:
+        for _ in range(3):
+            masters = [rb(32) for _ in bits]
+            tabs = [v3_keys(m, lv + 1, b * segs, True) for lv, (m, b) in enumerate(zip(masters, bits, strict=True))]
+            pos = hkdf16(masters[0], b"HeRo-watermark-v3", b"hero/v3/position")
+            values = [rng.randrange(1 << (b * segs)) for b in bits]
+            ctx = [rng.randrange(vocab) for _ in range(h)]
+            logits = [struct.unpack("<f", struct.pack("<f", rng.gauss(0, 2)))[0] for _ in range(vocab)]  # float32-exact
+            m = max(logits)
+            z = sum(math.exp(x - m) for x in logits)
+            probs = [math.exp(x - m) / z for x in logits]
+            pct = mx[1] if t < mx[0] else mx[2]
+            lane = R.v5_lane(pos, ctx)
+            token = R.v5_sample(probs, [tb[1][val] for tb, val in zip(tabs, values, strict=True)],
+                                [tb[0] for tb in tabs], pos, ctx, pct)
+            v["sample"].append({"vocab_size": vocab, "bits": bits, "segments": segs, "context_width": h,
+                                "multiplex": list(mx), "generated": t, "masters": [hexb(x) for x in masters],
+                                "values": values, "context": ctx, "logits": logits, "lane": lane,
+                                "level": R.v5_level(lane, pct, len(bits)), "token": token})
+    v["decode"] = []
+    for vocab, h, ncand in [(49152, 3, 4), (1000, 2, 8), (262144, 4, 3)]:
+        ids = [rng.randrange(vocab) for _ in range(40)]
+        ids += ids[5:12]  # repeated contexts are skipped
+        pos, level_key = rb(16), rb(16)
+        value_keys = [rb(16) for _ in range(ncand)]
+        rows = R.v5_token_evidence(ids, h, pos, level_key, value_keys)
+        v["decode"].append({"vocab_size": vocab, "context_width": h, "ids": ids, "position_key": hexb(pos),
+                            "level_key": hexb(level_key), "value_keys": [hexb(k) for k in value_keys],
+                            "positions": [r[0] for r in rows], "lanes": [r[1] for r in rows],
+                            "evidence": [r[2] for r in rows]})
+    OUT_V5.write_text(json.dumps(v, indent=1) + "\n")
+    print(f"wrote {OUT_V5}")
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["v1", "v2", "v3", "v4"]
+    which = sys.argv[1:] or ["v1", "v2", "v3", "v4", "v5"]
     if "v1" in which:
         main()
     if "v2" in which:
@@ -321,3 +376,5 @@ if __name__ == "__main__":
         main_v3()
     if "v4" in which:
         main_v3(4)
+    if "v5" in which:
+        main_v5()

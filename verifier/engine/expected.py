@@ -10,7 +10,9 @@ Per-value levels only (spec v3's public level, v2's private ones): a segmented l
 segment values with others (4 of them per 2-bit segment), so another model's text would carry evidence for
 part of v and the test would not be one of v alone. The kernel runs with v's key only, so the test costs a
 small fraction of a decode. Deeper levels are scored under the text's level-1 position key: the
-version its decode named, else every level-1 version (counted in the correction).
+version its decode named, else every level-1 version (counted in the correction). Spec v5: v's evidence is
+summed over the positions its level reads under each hypothesis (engine/multiplexed.py), the hypotheses counted
+in the correction as versions are.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 from gpu import prf
 from gpu.evidence import segment_scores
 from gpu.scoring import LevelKeys, ScoringSpec
-from verifier.engine import stats
+from verifier.engine import multiplexed, stats
 from verifier.engine.decoder import Decoder
 
 
@@ -61,6 +63,12 @@ def expected_log_p(decoder: Decoder, batch: Sequence[Sequence[int]], level: int,
                 raise ValueError(f"level {level} has values 0..{full.candidates - 1}, not {value}")
             one = slice(value, value + 1)  # v's key alone: the kernel scores one candidate
             keys = LevelKeys(level, full.k0[one], full.k1[one], per_value=True, seed_key=full.seed_key)
+            if prof.multiplex is not None:
+                lp_h = _multiplexed_log_p(decoder, ids[sel], lengths[sel], [batch[i] for i in rows], pos_version,
+                                          level, keys)
+                best[rows] = np.minimum(best[rows], lp_h.min(0))
+                tried[rows] += lp_h.shape[0]
+                continue
             scores, counts = segment_scores(ids[sel], lengths[sel], spec, (pk[0][0], pk[1][0]), [keys])
             own = scores[0][:, 0, 0, 0].cpu().numpy()  # [B']
             n = counts[:, 0].sum(-1).cpu().numpy()
@@ -68,6 +76,23 @@ def expected_log_p(decoder: Decoder, batch: Sequence[Sequence[int]], level: int,
             best[rows] = np.minimum(best[rows], lp)
             tried[rows] += 1
     return np.minimum(0.0, best + np.log(np.maximum(tried, 1)))
+
+
+def _multiplexed_log_p(decoder: Decoder, ids, lengths, batch: Sequence[Sequence[int]], pos_version: str,
+                       level: int, keys: LevelKeys) -> np.ndarray:
+    """[hypotheses, B] log Q(n, S_v) of v's evidence over the positions `level` reads under each hypothesis."""
+    prof = decoder.profile
+    mx = prof.multiplex
+    assert mx is not None
+    evs = multiplexed.text_evidence(decoder, ids, lengths, batch, pos_version, [], keys=[keys])
+    out = np.zeros((len(mx.hypotheses), len(batch)))
+    for h, hyp in enumerate(mx.hypotheses):
+        for b, ev in enumerate(evs):
+            read = multiplexed.levels_read(mx, hyp, ev.positions, ev.lanes, prof.depth) == level
+            n = int(read.sum())
+            if n:
+                out[h, b] = stats.log_gamma_sf_array(np.array([n]), np.array([ev.x[0][read, 0].sum()]))[0]
+    return out
 
 
 def expected_results(decoder: Decoder, batch: Sequence[Sequence[int]], asked: dict[int, int],

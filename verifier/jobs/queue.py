@@ -1,7 +1,9 @@
 """The Celery side of the durable job queue: task and queue names, and the app factory.
 
-Redis broker (any Celery broker works: e.g. `sqla+sqlite:///...` where no Redis runs, as on a bare GPU
-machine), JSON only, late acks, prefetch 1, the `gpu` queue. The API process builds an app to
+Redis broker, or Redis behind Sentinel (`sentinel://host:26379/0;sentinel://host2:26379/0` with
+HERO_BROKER_TRANSPORT_OPTIONS `{"master_name": ...}`: kombu asks the sentinels for the master and follows a
+failover); any Celery broker works (e.g. `sqla+sqlite:///...` where no Redis runs, as on a bare GPU machine).
+JSON only, late acks, prefetch 1, the `gpu` queue. The API process builds an app to
 publish `{"job_id": ...}` messages; `workers/app.py` builds the one the worker processes run, with the
 task module included. Messages never carry texts or key material.
 """
@@ -27,8 +29,9 @@ def make_celery(settings: Settings, include: Sequence[str] = ()) -> Celery:
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=3,
         # Redis redelivers an unacked message after this long; other transports take no such option (SQLAlchemy's
-        # would hand it to create_engine)
-        broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout} if redis else {},
+        # would hand it to create_engine). HERO_BROKER_TRANSPORT_OPTIONS is merged over it (Sentinel's master_name).
+        broker_transport_options={**({"visibility_timeout": settings.broker_visibility_timeout} if redis else {}),
+                                  **settings.broker_transport_options},
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

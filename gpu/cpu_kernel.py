@@ -30,7 +30,7 @@ from torch import Tensor
 from gpu.scoring import LevelKeys, ScoringSpec
 
 SOURCE = Path(__file__).parent / "_native" / "hero_kernels.c"
-ABI = 8  # must match PyModule_AddIntConstant(m, "ABI", ...) in the C source
+ABI = 9  # must match PyModule_AddIntConstant(m, "ABI", ...) in the C source
 _MODULE: ModuleType | None = None
 _TRIED = False
 _ERROR: str | None = None

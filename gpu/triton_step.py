@@ -5,6 +5,10 @@ sync), position segment, payload values, one seed per level (`_level_seed`: the 
 softmax statistics over the (interleaved) vocabulary, routing over chunk masses with Philox Gumbel noise,
 Gumbel-max over the logits inside the chosen chunk. Unmarked rows take a Gumbel-max draw with noise from
 a per-row random seed (drawn with the caller's generator on the device, no host round trip).
+A later spec version adds its case in `_level_seed` (v4 and v5 take v3's). Spec v5 (position-multiplexed levels,
+SPEC >= 5): no routing; the lane q = (word 0 of the position stream * 100) >> 32 and the slot's generated count
+before the step (FRONT, FRONT_PUBLIC, PUBLIC) pick one level, its seed alone from segment 0's whole value, and a
+Gumbel-max over the whole vocabulary (word j = token id j).
 
 Float work is float64 (libdevice on CUDA, numpy under TRITON_INTERPRET=1); sums are block reductions,
 so masses may differ from the C path's sequential sums in the last bits (a token changes only on an
@@ -74,9 +78,9 @@ if triton is not None:
     @triton.jit
     def _level_seed(k0, k1, sk0, sk1, ctx_ptr, H: tl.constexpr, SPEC: tl.constexpr):
         """The spec-version branch of a level's seed: v1 and v2, SipHash of the h-gram under the entry key
-        (k0, k1); v3 and v4, SipHash under the level key (sk0, sk1), then the entry's value key XORed in."""
-        tl.static_assert(SPEC == 1 or SPEC == 2 or SPEC == 3 or SPEC == 4)
-        if SPEC >= 3:  # v4 keeps v3's construction
+        (k0, k1); v3, v4 and v5, SipHash under the level key (sk0, sk1), then the entry's value key XORed in."""
+        tl.static_assert(SPEC == 1 or SPEC == 2 or SPEC == 3 or SPEC == 4 or SPEC == 5)
+        if SPEC >= 3:  # v4 and v5 keep v3's construction
             a, b = _sip_ctx(sk0, sk1, ctx_ptr, H)
             return a ^ k0, b ^ k1
         else:
@@ -99,11 +103,11 @@ if triton is not None:
     def _gumbel(u):
         return -tl.log(-tl.log((u.to(tl.float64) + 0.5) * (1.0 / 4294967296.0)))
 
-    @triton.jit(do_not_specialize=["segments", "stride", "cap"])
+    @triton.jit(do_not_specialize=["segments", "stride", "cap", "front", "front_public", "public"])
     def _step_kernel(
         x_ptr, ctx_ptr, slot_ptr, pay_ptr, k0_ptr, k1_ptr, sk_ptr, sched_ptr, pos_ptr, gen_ptr, log_ptr, cnt_ptr,
         rnd_ptr, out_ptr, mark_ptr,
-        V, C, K, segments, stride, cap,
+        V, C, K, segments, stride, cap, front, front_public, public,
         H: tl.constexpr, L: tl.constexpr, NW: tl.constexpr, SPEC: tl.constexpr, BLOCK: tl.constexpr,
         LOG_BLOCK: tl.constexpr,
     ):
@@ -144,61 +148,86 @@ if triton is not None:
         mx = tl.where(mx > float("-inf"), mx, 0.0)
         best_tok = tl.full([], 0, tl.int64)
         if mark:
-            total = tl.zeros([], tl.float64)
-            for b0 in range(0, V, BLOCK):
-                t = b0 + offs
-                x = tl.load(xrow + t, mask=t < V, other=float("-inf")).to(tl.float64)
-                total += tl.sum(tl.where(x > float("-inf"), tl.exp(x - mx), 0.0), axis=0)
-            z = tl.zeros([], tl.uint64)
-            pk0 = tl.load(pos_ptr).to(tl.uint64, bitcast=True)
-            pk1 = tl.load(pos_ptr + 1).to(tl.uint64, bitcast=True)
-            ps0, ps1 = _sip_ctx(pk0, pk1, crow, H)
-            u0 = _philox_word(ps0, ps1, z)
-            seg = ((u0 * segments.to(tl.uint64)) >> 32).to(tl.int64)
-            offset = tl.zeros([], tl.int64)
-            size = tl.zeros([], tl.int64) + V
-            for lv in tl.static_range(L):
-                m = tl.load(pay_ptr + (slot * K + seg) * L + lv)
+            if SPEC >= 5:  # spec v5: one level per position, no routing, whole-vocabulary Gumbel-max
+                z = tl.zeros([], tl.uint64)
+                pk0 = tl.load(pos_ptr).to(tl.uint64, bitcast=True)
+                pk1 = tl.load(pos_ptr + 1).to(tl.uint64, bitcast=True)
+                ps0, ps1 = _sip_ctx(pk0, pk1, crow, H)
+                lane = ((_philox_word(ps0, ps1, z) * 100) >> 32).to(tl.int64)
+                pct = tl.where(gen < front, front_public, public).to(tl.int64)
+                deeper = 1 + tl.maximum(lane - pct, 0) * (L - 1) // tl.maximum(100 - pct, 1)
+                lv = tl.where(lane < pct, 0, deeper)  # 0-based level (reference `v5_level` - 1)
+                m = tl.load(pay_ptr + slot * K * L + lv)  # segment 0's entry: the whole values
                 s0, s1 = _level_seed(tl.load(k0_ptr + lv * C + m).to(tl.uint64, bitcast=True),
                                      tl.load(k1_ptr + lv * C + m).to(tl.uint64, bitcast=True),
                                      tl.load(sk_ptr + 2 * lv).to(tl.uint64, bitcast=True),
                                      tl.load(sk_ptr + 2 * lv + 1).to(tl.uint64, bitcast=True), crow, H, SPEC)
-                if lv < L - 1:  # routing level: Gumbel-max over chunk masses
-                    k = tl.load(sched_ptr + lv)
-                    a = size // k
-                    small = k - (size - a * k)
-                    best = tl.full([], float("-inf"), tl.float64)
-                    best_i = tl.zeros([], tl.int64)
-                    for i in range(0, k):
-                        start = tl.where(i <= small, i * a, small * a + (i - small) * (a + 1))
-                        ln = tl.where(i < small, a, a + 1)
-                        mass = tl.zeros([], tl.float64)
-                        for j0 in range(0, ln, BLOCK):
+                best = tl.full([], float("-inf"), tl.float64)
+                for b0 in range(0, V, BLOCK):
+                    t = b0 + offs
+                    x = tl.load(xrow + t, mask=t < V, other=float("-inf")).to(tl.float64)
+                    g = _gumbel(_philox_word(s0, s1, t.to(tl.uint64)))
+                    sc = tl.where(x > float("-inf"), (x - mx) + g, float("-inf"))
+                    bm = tl.max(sc, axis=0)
+                    better = bm > best
+                    best = tl.where(better, bm, best)
+                    best_tok = tl.where(better, b0 + tl.argmax(sc, axis=0), best_tok)
+            else:  # spec v1-v4: one seed per level, routing over chunk masses, Gumbel-max in the chunk
+                total = tl.zeros([], tl.float64)
+                for b0 in range(0, V, BLOCK):
+                    t = b0 + offs
+                    x = tl.load(xrow + t, mask=t < V, other=float("-inf")).to(tl.float64)
+                    total += tl.sum(tl.where(x > float("-inf"), tl.exp(x - mx), 0.0), axis=0)
+                z = tl.zeros([], tl.uint64)
+                pk0 = tl.load(pos_ptr).to(tl.uint64, bitcast=True)
+                pk1 = tl.load(pos_ptr + 1).to(tl.uint64, bitcast=True)
+                ps0, ps1 = _sip_ctx(pk0, pk1, crow, H)
+                u0 = _philox_word(ps0, ps1, z)
+                seg = ((u0 * segments.to(tl.uint64)) >> 32).to(tl.int64)
+                offset = tl.zeros([], tl.int64)
+                size = tl.zeros([], tl.int64) + V
+                for lv in tl.static_range(L):
+                    m = tl.load(pay_ptr + (slot * K + seg) * L + lv)
+                    s0, s1 = _level_seed(tl.load(k0_ptr + lv * C + m).to(tl.uint64, bitcast=True),
+                                         tl.load(k1_ptr + lv * C + m).to(tl.uint64, bitcast=True),
+                                         tl.load(sk_ptr + 2 * lv).to(tl.uint64, bitcast=True),
+                                         tl.load(sk_ptr + 2 * lv + 1).to(tl.uint64, bitcast=True), crow, H, SPEC)
+                    if lv < L - 1:  # routing level: Gumbel-max over chunk masses
+                        k = tl.load(sched_ptr + lv)
+                        a = size // k
+                        small = k - (size - a * k)
+                        best = tl.full([], float("-inf"), tl.float64)
+                        best_i = tl.zeros([], tl.int64)
+                        for i in range(0, k):
+                            start = tl.where(i <= small, i * a, small * a + (i - small) * (a + 1))
+                            ln = tl.where(i < small, a, a + 1)
+                            mass = tl.zeros([], tl.float64)
+                            for j0 in range(0, ln, BLOCK):
+                                j = j0 + offs
+                                tok = _token_at(offset + start + j, V, stride)
+                                x = tl.load(xrow + tok, mask=j < ln, other=float("-inf")).to(tl.float64)
+                                mass += tl.sum(tl.where(x > float("-inf"), tl.exp(x - mx), 0.0), axis=0)
+                            g = _gumbel(_philox_word(s0, s1, z + i))
+                            sc = tl.where(mass > 0.0, tl.log(mass / total) + g, float("-inf"))
+                            better = sc > best
+                            best = tl.where(better, sc, best)
+                            best_i = tl.where(better, i, best_i)
+                        offset += tl.where(best_i <= small, best_i * a, small * a + (best_i - small) * (a + 1))
+                        size = tl.where(best_i < small, a, a + 1)
+                    else:  # last level: Gumbel-max over the logits inside the chunk
+                        best = tl.full([], float("-inf"), tl.float64)
+                        best_tok = _token_at(offset, V, stride)
+                        for j0 in range(0, size, BLOCK):
                             j = j0 + offs
-                            tok = _token_at(offset + start + j, V, stride)
-                            x = tl.load(xrow + tok, mask=j < ln, other=float("-inf")).to(tl.float64)
-                            mass += tl.sum(tl.where(x > float("-inf"), tl.exp(x - mx), 0.0), axis=0)
-                        g = _gumbel(_philox_word(s0, s1, z + i))
-                        sc = tl.where(mass > 0.0, tl.log(mass / total) + g, float("-inf"))
-                        better = sc > best
-                        best = tl.where(better, sc, best)
-                        best_i = tl.where(better, i, best_i)
-                    offset += tl.where(best_i <= small, best_i * a, small * a + (best_i - small) * (a + 1))
-                    size = tl.where(best_i < small, a, a + 1)
-                else:  # last level: Gumbel-max over the logits inside the chunk
-                    best = tl.full([], float("-inf"), tl.float64)
-                    best_tok = _token_at(offset, V, stride)
-                    for j0 in range(0, size, BLOCK):
-                        j = j0 + offs
-                        tok = _token_at(offset + j, V, stride)
-                        x = tl.load(xrow + tok, mask=j < size, other=float("-inf")).to(tl.float64)
-                        g = _gumbel(_philox_word(s0, s1, j.to(tl.uint64)))
-                        sc = tl.where(x > float("-inf"), (x - mx) + g, float("-inf"))
-                        bm = tl.max(sc, axis=0)
-                        bj = tl.argmax(sc, axis=0)
-                        better = bm > best
-                        best = tl.where(better, bm, best)
-                        best_tok = tl.where(better, tl.sum(tl.where(offs == bj, tok, 0), axis=0), best_tok)
+                            tok = _token_at(offset + j, V, stride)
+                            x = tl.load(xrow + tok, mask=j < size, other=float("-inf")).to(tl.float64)
+                            g = _gumbel(_philox_word(s0, s1, j.to(tl.uint64)))
+                            sc = tl.where(x > float("-inf"), (x - mx) + g, float("-inf"))
+                            bm = tl.max(sc, axis=0)
+                            bj = tl.argmax(sc, axis=0)
+                            better = bm > best
+                            best = tl.where(better, bm, best)
+                            best_tok = tl.where(better, tl.sum(tl.where(offs == bj, tok, 0), axis=0), best_tok)
         else:  # unmarked: Gumbel-max with fresh noise (seed drawn on the device by the caller)
             r0 = tl.load(rnd_ptr + 2 * row).to(tl.uint64, bitcast=True)
             r1 = tl.load(rnd_ptr + 2 * row + 1).to(tl.uint64, bitcast=True)
@@ -228,6 +257,7 @@ def fused_step(fs, logits: Tensor, contexts: Tensor, payload: Tensor, generated:
     x = x.contiguous()
     ctx = contexts.to(dev, torch.int64).contiguous()
     pay = payload.to(dev, torch.int64).contiguous()
+    front, front_public, public = fs.multiplex or (0, 0, 0)  # spec v5's; unused by v1-v4
     rnd = torch.randint(-(2**63), 2**63 - 1, (b, 2), dtype=torch.int64, device=dev, generator=generator)
     out = torch.empty(b, dtype=torch.int64, device=dev)
     marks = torch.empty(b, dtype=torch.int64, device=dev)
@@ -236,6 +266,7 @@ def fused_step(fs, logits: Tensor, contexts: Tensor, payload: Tensor, generated:
         fs._schedule if s.schedule else fs._schedule.new_zeros(1),
         fs.position_words, generated,
         log.words, log.counts, rnd, out, marks, v, s.k0.shape[1], pay.shape[1], s.segments, s.stride, log.capacity,
+        front, front_public, public,
         H=fs.h, L=s.levels, NW=fs.h // 2 + 1, SPEC=fs.spec_version, BLOCK=BLOCK, LOG_BLOCK=LOG_BLOCK,
     )
     return out, marks

@@ -989,7 +989,11 @@ done:
  * packed h-gram words (appended in place), the position segment, the payload's level values, one seed per
  * level (`level_seed`: the spec-version branch; a later version adds its case there), routing over chunk
  * masses with Philox Gumbel noise, Gumbel-max over the logits inside the chosen chunk; unmarked rows draw
- * from the same distribution by inverse CDF with the caller's uniform. Float work is float64. */
+ * from the same distribution by inverse CDF with the caller's uniform. Float work is float64.
+ * Spec v5 (position-multiplexed levels, docs/spec.md section 19; `v5_level`): no routing (nsched 0); the
+ * position's lane q = (word 0 of its position stream * 100) >> 32 and the slot's generated count before this
+ * step pick ONE level l, whose seed alone is derived (v3's construction) from segment 0's whole value, and the
+ * token is a Gumbel-max over the whole vocabulary (word j = token id j). */
 
 typedef struct {
     const void *logits;
@@ -1004,6 +1008,7 @@ typedef struct {
     const double *rand;
     int err;
     const uint64_t *sk0, *sk1; /* spec v3: each level's SipHash key (NULL otherwise) */
+    int64_t front, front_public, public_; /* spec v5: public share of lanes (percent) before/after the front */
 } Step;
 
 static inline double logit_at(const Step *s, int64_t b, int64_t t) {
@@ -1026,8 +1031,8 @@ static inline int64_t deinterleave(int64_t y, int64_t vocab, int64_t stride) {
 }
 
 /* Seed of level l for this context and entry (k0, k1): the spec-version branch of the PRF construction.
- * v1/v2: SipHash under the entry key. v3 (spec section 15): one SipHash per token and level under the level
- * key, XOR the entry's value key. */
+ * v1/v2: SipHash under the entry key. v3 (spec section 15), v4 and v5: one SipHash per token and level under the
+ * level key, XOR the entry's value key. */
 static inline int level_seed(const Step *s, int64_t l, uint64_t k0, uint64_t k1, const uint64_t *msg, uint64_t *lo,
                              uint64_t *hi) {
     switch (s->spec) {
@@ -1037,6 +1042,7 @@ static inline int level_seed(const Step *s, int64_t l, uint64_t k0, uint64_t k1,
         return 1;
     case 3:
     case 4: /* spec v4 keeps v3's construction (docs/spec.md section 18) */
+    case 5: /* spec v5 too (section 19): only the level it draws under differs */
         if (!s->sk0) return 0;
         siphash128(s->sk0[l], s->sk1[l], msg, (int)s->nw, lo, hi);
         *lo ^= k0;
@@ -1421,6 +1427,7 @@ static void step_row(Step *s, int64_t b, double *p) {
         return;
     }
     int mark = step_mark(s, slot, msg);
+    const int64_t gen = s->generated[slot]; /* spec v5's generator index: the count before this step */
     s->marks[b] = mark;
     s->generated[slot] += 1;
     double mx = row_max(s, b), total = 0.0;
@@ -1428,14 +1435,31 @@ static void step_row(Step *s, int64_t b, double *p) {
     if (mark) {
         uint64_t s0, s1;
         siphash128(s->pk0, s->pk1, msg, (int)s->nw, &s0, &s1);
-        int64_t seg = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * (uint64_t)s->segments) >> 32);
-        const int64_t *val = s->payload + (slot * s->K + seg) * s->L;
-        for (int64_t l = 0; l < s->L; l++) {
-            if (val[l] < 0 || val[l] >= s->C ||
-                !level_seed(s, l, s->k0[l * s->C + val[l]], s->k1[l * s->C + val[l]], msg, &lo[l], &hi[l])) {
+        if (s->spec == 5) {
+            /* one level per position, from its lane and the public share at this generator index (reference
+             * `v5_level`, 0-based here); segment 0's entry holds the whole values (every segment holds the same);
+             * only that level's seed, into lo[0]: the Gumbel-max below reads lo[nsched] = lo[0] */
+            const int64_t q = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * 100u) >> 32);
+            const int64_t pct = gen < s->front ? s->front_public : s->public_;
+            const int64_t l = q < pct ? 0 : 1 + (q - pct) * (s->L - 1) / (100 - pct); /* q >= pct: pct <= 99 */
+            const int64_t *val = s->payload + slot * s->K * s->L;
+            int ok = l < s->L;
+            for (int64_t i = 0; i < s->L; i++) ok = ok && val[i] >= 0 && val[i] < s->C; /* as the torch step */
+            if (!ok || !level_seed(s, l, s->k0[l * s->C + val[l]], s->k1[l * s->C + val[l]], msg, &lo[0], &hi[0])) {
                 s->err = 1;
                 s->out[b] = 0;
                 return;
+            }
+        } else {
+            int64_t seg = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * (uint64_t)s->segments) >> 32);
+            const int64_t *val = s->payload + (slot * s->K + seg) * s->L;
+            for (int64_t l = 0; l < s->L; l++) {
+                if (val[l] < 0 || val[l] >= s->C ||
+                    !level_seed(s, l, s->k0[l * s->C + val[l]], s->k1[l * s->C + val[l]], msg, &lo[l], &hi[l])) {
+                    s->err = 1;
+                    s->out[b] = 0;
+                    return;
+                }
             }
         }
     }
@@ -1495,12 +1519,17 @@ static void step_row(Step *s, int64_t b, double *p) {
 
 PyDoc_STRVAR(sample_step_doc,
              "sample_step(logits, dbl, B, V, ctx, h, payload, K, L, k0, k1, C, pk0, pk1, schedule, segments, stride,\n"
-             " spec, slots, S, generated, seen, counts, cap, rand, out, marks): one fused generation step (gpu/step.py).\n"
+             " spec, slots, S, generated, seen, counts, cap, rand, out, marks[, nthreads, sk0, sk1, front_tokens,\n"
+             " front_public, public]): one fused generation step (gpu/step.py).\n"
              "logits float32/float64[B*V], ctx int64[B*h], k0/k1 int64[L*C], schedule int64[L-1]; row b's state is\n"
              "slot slots[b] < S: payload int64[S*K*L], generated int64[S] (+1), seen int64[S*cap*nw] and counts\n"
              "int64[S] (appended); rand float64[B] (unmarked rows), out int64[B], marks int64[B] (1 = watermarked);\n"
              "nthreads: rows split over that many threads (each row's work and result are the same either way);\n"
-             "sk0/sk1 int64[L]: spec v3/v4's level keys (required when spec >= 3).");
+             "sk0/sk1 int64[L]: spec v3-v5's level keys (required when spec >= 3);\n"
+             "front_tokens, front_public, public: spec v5's multiplex (required there, ignored otherwise): a marked\n"
+             "row's level is 0 when its lane q = (position word 0 * 100) >> 32 is below the public percent\n"
+             "(front_public while generated[slot] < front_tokens, else public), else 1 + (q - pct) (L - 1) / (100 - pct);\n"
+             "spec v5 routes nothing (empty schedule, stride 0) and draws from segment 0's values.");
 
 /* Rows [lo, hi) of a step on one thread, with its own copy of the shared state (its own error flag) and its
  * own V-sized buffer. Rows touch disjoint slots (the caller's contract), so threads never share a write. */
@@ -1552,16 +1581,25 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
     Py_ssize_t B, V, h, K, L, C, segments, stride, spec, S, cap;
     unsigned long long pk0, pk1;
     int nthreads = 1;
-    if (!PyArg_ParseTuple(args, "y*pnny*ny*nny*y*nKKy*nnny*nw*w*w*ny*w*w*|iy*y*", &lg, &dbl, &B, &V, &ctx, &h, &pay,
+    Py_ssize_t front = -1, front_public = -1, public_ = -1; /* spec v5 only: -1 = not given */
+    if (!PyArg_ParseTuple(args, "y*pnny*ny*nny*y*nKKy*nnny*nw*w*w*ny*w*w*|iy*y*nnn", &lg, &dbl, &B, &V, &ctx, &h, &pay,
                           &K, &L, &k0, &k1, &C, &pk0, &pk1, &sched, &segments, &stride, &spec, &slots, &S, &gen,
-                          &seen, &counts, &cap, &rnd, &out, &mk, &nthreads, &sk0, &sk1))
+                          &seen, &counts, &cap, &rnd, &out, &mk, &nthreads, &sk0, &sk1, &front, &front_public,
+                          &public_))
         return NULL;
     PyObject *result = NULL;
     double *p = NULL;
     int64_t nsched = sched.len / 8, nw = h / 2 + 1;
-    if (B < 0 || V < 1 || h < 1 || h > 16 || K < 1 || L < 1 || L > 64 || C < 1 || nsched != L - 1 || segments < 1 ||
-        segments > K || cap < 0 || S < 0) {
+    if (B < 0 || V < 1 || h < 1 || h > 16 || K < 1 || L < 1 || L > 64 || C < 1 ||
+        nsched != (spec == 5 ? 0 : L - 1) || segments < 1 || segments > K || cap < 0 || S < 0) {
         PyErr_SetString(PyExc_ValueError, "sample_step: bad shapes");
+        goto done;
+    }
+    /* spec v5: its multiplex given, percents in 0..100, and a deeper level for every non-public lane */
+    if (spec == 5 && (stride != 0 || front < 0 || front_public < 0 || front_public > 100 || public_ < 0 ||
+                      public_ > 100 || (L == 1 && (front_public < 100 || public_ < 100)))) {
+        PyErr_SetString(PyExc_ValueError, "sample_step: spec 5 needs front_tokens >= 0, front_public and public in "
+                                          "0..100 (100 with one level) and stride 0");
         goto done;
     }
     for (int64_t l = 0; l < nsched; l++)
@@ -1576,7 +1614,7 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
         !check_len(&rnd, B * 8, "rand") || !check_len(&out, B * 8, "out") || !check_len(&mk, B * 8, "marks"))
         goto done;
     if (spec >= 3 && (!sk0.buf || !sk1.buf || !check_len(&sk0, L * 8, "sk0") || !check_len(&sk1, L * 8, "sk1"))) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sample_step: spec 3 and 4 need the level keys sk0/sk1");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sample_step: spec 3 to 5 need the level keys sk0/sk1");
         goto done;
     }
     /* rows over threads only where a row's two passes over V outweigh starting a thread */
@@ -1591,7 +1629,7 @@ static PyObject *py_sample_step(PyObject *self, PyObject *args) {
     {
         Step s = {lg.buf, dbl, B, V, h, K, L, C, nsched, segments, stride, spec, cap, nw, ctx.buf, pay.buf,
                   sched.buf, slots.buf, S, k0.buf, k1.buf, pk0, pk1, gen.buf, counts.buf, out.buf, mk.buf, seen.buf,
-                  rnd.buf, 0, spec >= 3 ? sk0.buf : NULL, spec >= 3 ? sk1.buf : NULL};
+                  rnd.buf, 0, spec >= 3 ? sk0.buf : NULL, spec >= 3 ? sk1.buf : NULL, front, front_public, public_};
         Py_BEGIN_ALLOW_THREADS
         step_rows(&s, p, nt);
         Py_END_ALLOW_THREADS
@@ -1752,7 +1790,7 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
     fast_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 8); /* 8: spec v4 in sample_step */
+    if (m) PyModule_AddIntConstant(m, "ABI", 9); /* 9: spec v5 in sample_step */
 #ifdef HERO_SOURCE_SHA
     /* the SHA-256 of this file at build time (setup.py, gpu/cpu_kernel.py): a build older than the source is stale */
     if (m && PyModule_AddStringConstant(m, "SOURCE_SHA", HERO_SOURCE_SHA) < 0) {

@@ -8,6 +8,7 @@ stay bounded (route templates, status codes, roles), as in one process.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -30,6 +31,24 @@ JOB_TEXTS = Counter(
     "hero_job_texts_total", "Texts of decode jobs", ["outcome"]
 )  # outcome: submitted | decoded (stored and audited)
 JOBS = Counter("hero_jobs_total", "Decode jobs", ["outcome"])  # outcome: submitted | done | failed
+JWKS_FAILURES = Counter("hero_jwks_failures_total", "JWKS / OIDC key fetches and JWKS files that failed (the last "
+                        "good key set stays in use)", ["source"])  # source: url (HERO_JWKS_URL, OIDC) | file
+
+
+class _JwksFailures(logging.Handler):
+    """Counts the key source's failure lines (verifier/auth/jwt.py logs each one on `hero.auth`): the metric
+    without a hook in the auth code. "JWKS URL fetch failed" is a URL or OIDC discovery / jwks_uri fetch;
+    "JWKS file ..." an unreadable, invalid or empty HERO_JWKS_FILE."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = str(record.msg)
+        if msg.startswith("JWKS URL fetch failed"):
+            JWKS_FAILURES.labels("url").inc()
+        elif msg.startswith("JWKS file"):
+            JWKS_FAILURES.labels("file").inc()
+
+
+logging.getLogger("hero.auth").addHandler(_JwksFailures(logging.WARNING))
 
 
 def prepare_multiprocess(home: Path) -> Path:

@@ -145,10 +145,15 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server
 
-        from verifier.metrics import public_registry
+        from verifier.db import Database
+        from verifier.jobs.observe import api_public_registry
 
-        # no token on this bind: the public view (no verdict or disclosure counts)
-        start_http_server(settings.metrics_port, addr=settings.metrics_host, registry=public_registry())
+        # no token on this bind: the public view (no verdict or disclosure counts), plus the job-queue and log
+        # gauges read from the database at each scrape (one small pool of this process's own)
+        gauges_db = Database(settings.db_url, settings.sqlite_synchronous, pool_size=1, max_overflow=1,
+                             pgbouncer=settings.db_pgbouncer)
+        start_http_server(settings.metrics_port, addr=settings.metrics_host,
+                          registry=api_public_registry(gauges_db))  # type: ignore[arg-type]
     from verifier.cli.serve_workers import run_workers  # several workers: connections dealt out in turn
 
     try:

@@ -1,4 +1,7 @@
-"""What a Celery worker shows Prometheus: its counters (every prefork child's, merged) and the queue's state.
+"""What a Celery worker shows Prometheus: its counters (every prefork child's, merged) and the queue's state; and
+what the API's tokenless metrics port (HERO_METRICS_PORT) adds to its public view: the same queue gauges (so they
+outlive the workers: "pending, no workers" can fire, and KEDA can scale workers to zero) and the transparency log's
+(`LogCollector`: events, the newest stored checkpoint's size and age).
 
 `hero worker` (any `celery -A workers.app worker`) with HERO_WORKER_METRICS_PORT serves /metrics from its main
 process. Counters and histograms are multiprocess-safe: `workers/__init__.py` points PROMETHEUS_MULTIPROC_DIR at
@@ -59,6 +62,57 @@ class JobQueueCollector(Collector):
         yield GaugeMetricFamily(OLDEST, "Age of the oldest unfinished job (0 when none)",
                                 value=max(0.0, self.clock() - float(oldest)) if oldest is not None else 0.0)
         yield GaugeMetricFamily("hero_jobs_unfinished", "Jobs queued or running", value=float(jobs))
+
+
+EVENTS = "hero_log_events"
+CHECKPOINT_SIZE = "hero_log_checkpoint_size"
+CHECKPOINT_AGE = "hero_log_checkpoint_age_seconds"
+
+
+class LogCollector(Collector):
+    """The audit log's size and its newest stored (published) checkpoint: events the checkpoints do not cover yet
+    are `hero_log_events - hero_log_checkpoint_size`; an alert fires when they keep growing while the newest
+    checkpoint ages (deploy/monitoring/alerts.yaml, HeroLogCheckpointStale). Nothing when the database is down
+    (JobQueueCollector's `hero_worker_db_up` says so)."""
+
+    def __init__(self, db: Database, clock=time.time) -> None:
+        self.db = db
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        from verifier.audit.models import AuditEventRow, CheckpointRow
+
+        try:
+            with self.db.snapshot() as s:
+                events = s.scalar(select(func.coalesce(func.max(AuditEventRow.idx), 0)))
+                latest = s.execute(select(CheckpointRow.size, CheckpointRow.created_at)
+                                   .order_by(CheckpointRow.size.desc()).limit(1)).first()
+        except Exception as exc:
+            log.warning("log gauges unavailable", extra={"error": exc.__class__.__name__})
+            return
+        size, created = (int(latest[0]), float(latest[1])) if latest else (0, None)
+        yield GaugeMetricFamily(EVENTS, "Events in the audit log (the transparency log's tree size)",
+                                value=float(events or 0))
+        yield GaugeMetricFamily(CHECKPOINT_SIZE, "Tree size of the newest stored signed checkpoint",
+                                value=float(size))
+        yield GaugeMetricFamily(CHECKPOINT_AGE, "Age of the newest stored signed checkpoint (0 when none)",
+                                value=max(0.0, self.clock() - created) if created is not None else 0.0)
+
+
+class _Joined:
+    """Several collectors read as one registry (what prometheus_client's HTTP server and generate_latest need)."""
+
+    def __init__(self, *parts) -> None:
+        self.parts = parts
+
+    def collect(self) -> Iterator[Metric]:
+        for part in self.parts:
+            yield from part.collect()
+
+
+def api_public_registry(db: Database):
+    """The API's tokenless metrics port: the public view of its counters plus the queue and log gauges."""
+    return _Joined(metrics.public_registry(), JobQueueCollector(db), LogCollector(db))
 
 
 # What a worker's port never shows: verdict counts and disclosures per role and level (what the service finds and

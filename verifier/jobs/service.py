@@ -53,10 +53,12 @@ class JobInfo:
     status: str
     kek_id: str
     wrapped_dek: bytes = field(repr=False)
+    owner_iss: str = ""  # the submitting token's issuer: a drain's audit events name the same actor as the POST
 
     @classmethod
     def of(cls, r: JobRow) -> JobInfo:
-        return cls(r.id, r.owner_sub, r.role, r.jti, r.max_level, r.profile, r.alpha, r.status, r.kek_id, r.wrapped_dek)
+        return cls(r.id, r.owner_sub, r.role, r.jti, r.max_level, r.profile, r.alpha, r.status, r.kek_id, r.wrapped_dek,
+                   r.owner_iss)
 
 
 @dataclass(repr=False)

@@ -99,13 +99,13 @@ def cmd_eval(args: argparse.Namespace) -> None:
     for m in kw["methods"] or ():
         if m not in ALL_METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {list(ALL_METHODS)}")
-    from verifier.engine.profile import PROFILES_DIR
+    from verifier.engine.profile import profile_path
     from verifier.evaluation.attribution import ATTR_METHODS
     from verifier.evaluation.sampling import SETTINGS
 
     for name in kw["profiles"] or ():
-        if not (PROFILES_DIR / f"{name}.yaml").exists():
-            raise ValueError(f"unknown profile {name!r}: no {PROFILES_DIR / (name + '.yaml')}")
+        if not profile_path(name).exists():  # $HERO_PROFILES_DIR/NAME.yaml, policies/profiles/NAME.yaml, a path
+            raise ValueError(f"unknown profile {name!r}: no such file under $HERO_PROFILES_DIR or policies/profiles")
     for m in kw["attr_methods"] or ():
         if m not in ATTR_METHODS:
             raise ValueError(f"unknown attribution method {m!r}; choose from {list(ATTR_METHODS)}")

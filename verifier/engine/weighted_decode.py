@@ -284,12 +284,16 @@ class WeightedDecoder:
                 for t, ev, j in per_version:
                     for hyp in mx.hypotheses:
                         read = multiplexed.levels_read(mx, hyp, ev.positions, ev.lanes, prof.depth) == lv
+                        if not read.any():  # nothing to read under this hypothesis: it is still counted in `tries`
+                            continue
                         tev = _TokenEvidence(ev.x[j][read][:, None, :], np.zeros(int(read.sum()), dtype=np.int64))
                         sub = [(st, w[read]) for st, w in parts]
                         full, regions, basis = _weighted_regions(tev, sub, prof.windows, True)
                         if best is None or full.level_lp < best[1].level_lp:
                             best = (t, full, regions, basis, tev, sub, ev.positions[read].tolist())
-                assert best is not None
+                if best is None:
+                    return per_version[0][0], Attribution(
+                        "undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)"), []
                 t, full, regions, basis, tev, sub, read_pos = best
                 att = _attribute(full, regions, basis, tev, sub, prof.windows, True, tries, d.alpha,
                                  prof.levels[lv - 1].key_bits)

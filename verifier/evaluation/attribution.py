@@ -146,9 +146,9 @@ def hero_name(profile: str) -> str:
 
 
 def _hero_profile(name: str, seed: int) -> HeroMethod | None:
-    from verifier.engine.profile import PROFILES_DIR, load_profile
+    from verifier.engine.profile import load_profile, profile_path
 
-    path = PROFILES_DIR / f"{name[len('HeRo-'):]}.yaml"
+    path = profile_path(name[len("HeRo-"):])  # a deployment's (or research's) $HERO_PROFILES_DIR, then the shipped
     return HeroMethod.from_profile(name, load_profile(path), seed) if path.exists() else None
 
 

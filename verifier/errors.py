@@ -41,6 +41,12 @@ class InvalidInput(DomainError):
     status = 422
 
 
+class BadRequest(DomainError):
+    """A request parameter the service never makes (e.g. a cursor that is not ASCII digits)."""
+
+    status = 400
+
+
 class TooLarge(DomainError):
     status = 413
 

@@ -73,9 +73,14 @@ def test_results_refused_to_others_and_bad_cursors(done_job):
     svc, jid, _ = done_job
     assert svc.client.get(f"/v1/jobs/{jid}/results", headers=svc.auth("moderator", "mallory")).status_code == 404
     assert svc.client.get("/v1/jobs/not-a-uuid/results", headers=svc.auth("admin")).status_code == 404
-    for bad in ("-1", "abc", "24", "9" * 13):
+    for bad in ("24", "9" * 13):  # past the end; longer than any cursor
         r = svc.client.get(f"/v1/jobs/{jid}/results", params={"cursor": bad}, headers=svc.auth("admin"))
         assert r.status_code == 422, (bad, r.text)
+    # Issue 52, N10: "²" passed str.isdigit() and then int() raised (a 500); Arabic-Indic digits were read as a
+    # cursor. Only ASCII digits are a cursor: anything else is a 400 naming what a cursor is.
+    for bad in ("-1", "abc", "\u00b2", "\u0663", "\uff11", " 1", "1\n"):
+        r = svc.client.get(f"/v1/jobs/{jid}/results", params={"cursor": bad}, headers=svc.auth("admin"))
+        assert r.status_code == 400 and "ASCII digits" in r.json()["detail"], (bad, r.text)
     r = svc.client.get(f"/v1/jobs/{jid}", params={"results": "false"}, headers=svc.auth("admin"))
     assert r.status_code == 200 and r.json()["results"] is None and r.json()["status"] == "done"
 

@@ -20,7 +20,7 @@ from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx, ServiceContext
 from verifier.api.dependencies import VerifyCaller
 from verifier.auth.principal import Principal
-from verifier.errors import Conflict, InvalidInput, NotFound
+from verifier.errors import BadRequest, Conflict, InvalidInput, NotFound
 from verifier.jobs import service as jobs
 from verifier.jobs.dispatch import fanout
 from verifier.jobs.retention import maybe_purge
@@ -162,8 +162,8 @@ NDJSON = "application/x-ndjson"
     "to the end come as one stream, one result per line, then a last line `{\"end\": true, \"count\": n, "
     "\"receipt\": ...}` (a stream without it was cut short). Readers as for GET /v1/jobs/{job_id}; 409 until "
     "the job is done.",
-    responses={200: {"content": {NDJSON: {}}}, 401: {}, 403: {}, 404: {}, 409: {"description": "job not done"},
-               422: {}, 503: {}},
+    responses={200: {"content": {NDJSON: {}}}, 400: {"description": "not a cursor this service made"}, 401: {},
+               403: {}, 404: {}, 409: {"description": "job not done"}, 422: {}, 503: {}},
 )
 def results(
     job_id: str,
@@ -177,8 +177,9 @@ def results(
         job_id = str(uuid.UUID(job_id))
     except ValueError:
         raise NotFound("no such job") from None
-    if cursor is not None and not cursor.isdigit():
-        raise InvalidInput("cursor: not a cursor this service made")
+    # ASCII digits only: str.isdigit() also accepts "²" (which int() refuses: a 500) and Arabic-Indic digits
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit()):
+        raise BadRequest("cursor: not a cursor this service made (ASCII digits, the `next_cursor` of a page)")
     start = int(cursor or 0)
     interval = ctx.settings.checkpoint_interval_seconds
     if NDJSON not in request.headers.get("accept", ""):

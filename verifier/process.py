@@ -43,10 +43,15 @@ def open_database(settings: Settings, *, check: bool = False) -> Database:
 
 
 def open_store(settings: Settings, db: Database | None = None) -> DbKeyStore:
-    """The service's encrypted key store (the same database and KEK in every process)."""
+    """The service's encrypted key store (the same database and KEK in every process). Outside dev mode the KEK
+    must exist already (`hero kek init`): a command that minted one here (`hero keys rotate` on a host without
+    the shared KEK) would wrap keys under a KEK no other process has (issue 52, N8)."""
     from verifier.jobs.kek_rotation import rotate_kek
+    from verifier.keys.bootstrap import require_secrets
 
-    return DbKeyStore(db or open_database(settings, check=True), make_kek_provider(settings), rekey=rotate_kek)
+    db = db or open_database(settings, check=True)  # an unmigrated database is named first
+    require_secrets(settings, log_key=False)
+    return DbKeyStore(db, make_kek_provider(settings), rekey=rotate_kek)
 
 
 def profile_lookup(*known: Profile) -> Callable[[str], Profile]:

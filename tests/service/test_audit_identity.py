@@ -67,7 +67,7 @@ def _nodes(db: Database) -> list[tuple[int, int, bytes]]:
 @pytest.mark.parametrize("interval_s", [0.0, 3600.0])
 def test_appends_store_and_prove_exactly_what_the_definitions_give(db_url, hero_home, monkeypatch, interval_s):
     upgrade(db_url)
-    signer = signer_from_settings(Settings(home=hero_home, database_url=db_url))
+    signer = signer_from_settings(Settings(home=hero_home, database_url=db_url), create=True)
     db = Database(db_url)
     rng = random.Random(f"{db_url[:6]}-{interval_s}")
     tree, nodes, prev = MemoryTree(), [], GENESIS

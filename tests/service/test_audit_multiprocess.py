@@ -49,7 +49,7 @@ CHILD = textwrap.dedent("""
 def test_two_processes_appending_at_once_keep_one_chain(db_url, hero_home, tmp_path):
     upgrade(db_url)
     settings = Settings(home=hero_home, database_url=db_url)
-    vkey = signer_from_settings(settings).vkey  # created once here; the children load the same key
+    vkey = signer_from_settings(settings, create=True).vkey  # created once here; the children load the same key
     go = tmp_path / "go"
     batches, size = 40, 7
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, db_url, str(hero_home), tag, str(batches), str(size),
@@ -110,7 +110,7 @@ def test_an_append_after_another_process_reads_the_older_tree_in_one_query(db_ur
     """The other process's nodes are not in this one's memory: they come in ONE query, and the receipts verify."""
     upgrade(db_url)
     settings = Settings(home=hero_home, database_url=db_url)
-    signer = signer_from_settings(settings)
+    signer = signer_from_settings(settings, create=True)
     db = Database(db_url)
     reads: list[str] = []
 

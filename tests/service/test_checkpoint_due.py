@@ -28,7 +28,7 @@ def _events(tag: str, n: int = 3) -> tuple[list[str], list[AuditEvent]]:
 def log(db_url, hero_home, monkeypatch):
     upgrade(db_url)
     db = Database(db_url)
-    signer = signer_from_settings(Settings(home=hero_home, database_url=db_url))
+    signer = signer_from_settings(Settings(home=hero_home, database_url=db_url), create=True)
     clock = [1_000_000.0]
     monkeypatch.setattr(merkle.time, "time", lambda: clock[0])
     reads: list[str] = []

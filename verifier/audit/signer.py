@@ -43,7 +43,8 @@ def load_signer(origin: str, path: Path, *, create: bool = True) -> LogSigner:
     path = Path(path)
     if not path.exists():
         if not create:
-            raise SignerError(f"no checkpoint signing key at {path}")
+            raise SignerError(f"no checkpoint signing key at {path} (HERO_LOG_KEY_FILE): run `hero kek init` once "
+                              "where every process reads it (HERO_DEV_MODE=1 creates it)")
         write_secret(path, Ed25519PrivateKey.generate().private_bytes_raw(), replace=False)
     raw = path.read_bytes()
     if len(raw) != 32:
@@ -51,5 +52,8 @@ def load_signer(origin: str, path: Path, *, create: bool = True) -> LogSigner:
     return LogSigner(origin, Ed25519PrivateKey.from_private_bytes(raw))
 
 
-def signer_from_settings(settings, *, create: bool = True) -> LogSigner:
-    return load_signer(settings.log_origin, settings.log_key_path, create=create)
+def signer_from_settings(settings, *, create: bool | None = None) -> LogSigner:
+    """The deployment's checkpoint signer. `create` (default: dev mode only) makes a missing key: outside dev
+    mode only `hero kek init` does, or each host would sign with a key of its own (issue 52, N8)."""
+    return load_signer(settings.log_origin, settings.log_key_path,
+                       create=bool(settings.dev_mode) if create is None else create)

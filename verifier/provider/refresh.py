@@ -5,6 +5,9 @@ key material moves), a rotation answers 200 with a new ETag and the new bundle i
 atomically. Near expiry the poll skips `If-None-Match`, so a fresh bundle replaces the old one in time.
 Every bundle must carry the signature of the pinned service key and name this provider (`open_bundle`):
 whoever sits between the fleet and the service (a proxy, a rewritten response) cannot swap its keys.
+Bundles never go back: one issued before the newest this source has installed, or naming an older key version
+of any level, is refused and logged (a replayed signed bundle rolled a provider back to a disabled `l1-v1`:
+issue 52, N7); the bundle in force stays.
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ class BundleSource:
         self._refused_etag: str | None = None
         self._lock = threading.Lock()
         self._bundle: GenerationBundle | None = None
+        # the newest bundle ever installed here (issued_at, each level's version number): none older is taken
+        self._newest: tuple[datetime, dict[int, int]] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_error: Exception | None = None
@@ -160,17 +165,36 @@ class BundleSource:
             raise BundleError("bundle response is not the expected JSON") from None
         new = open_bundle(sealed, self._private_key, service_key=self._service_key, provider_id=provider_id,
                           allow_unsigned=self._allow_unsigned)
-        reason = self._accept(new) if self._accept is not None else None
+        reason = self._older(new)
+        if reason is None and self._accept is not None:
+            reason = self._accept(new)
         if reason is not None:
             self._refuse(new, current, reason)
             return False
         with self._lock:
             self._bundle = new
             self.refused = self._refused_etag = None
+            self._newest = _high_water(self._newest, new)
         log.info("generation bundle installed", extra={"bundle_id": new.bundle_id, "versions": new.key_versions})
         if self._on_change is not None:
             self._on_change(new)
         return True
+
+    def _older(self, new: GenerationBundle) -> str | None:
+        """Why `new` goes back from the newest bundle installed here (issued earlier, or an older version of a
+        level), or None."""
+        if self._newest is None:
+            return None
+        issued, versions = self._newest
+        if new.issued_at < issued:
+            return (f"issued at {new.issued_at.isoformat()}, before the newest bundle installed here "
+                    f"({issued.isoformat()}): a bundle never goes back")
+        for level, name in sorted(new.key_versions.items()):
+            n = version_number(name)
+            if level in versions and (n is None or n < versions[level]):
+                return (f"level {level} version {name!r} is older than version {versions[level]} installed here: "
+                        "a bundle never goes back")
+        return None
 
     def _refuse(self, new: GenerationBundle, current: GenerationBundle | None, reason: str) -> None:
         """Keep `current` (one warning line per refused bundle, naming the reason and what stays in use)."""
@@ -225,6 +249,23 @@ class BundleSource:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def version_number(name: str) -> int | None:
+    """The number of a key version name (`l1-v3` -> 3), None for a name the service does not make."""
+    _, sep, n = name.rpartition("-v")
+    return int(n) if sep and n.isascii() and n.isdigit() else None
+
+
+def _high_water(prev: tuple[datetime, dict[int, int]] | None,
+                new: GenerationBundle) -> tuple[datetime, dict[int, int]]:
+    issued = new.issued_at if prev is None else max(prev[0], new.issued_at)
+    versions = dict(prev[1]) if prev is not None else {}
+    for level, name in new.key_versions.items():
+        n = version_number(name)
+        if n is not None:
+            versions[level] = max(versions.get(level, n), n)
+    return issued, versions
 
 
 def token_subject(token: str) -> str:

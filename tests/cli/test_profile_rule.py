@@ -26,11 +26,12 @@ def run(capsys, *argv: str) -> tuple[int, list[dict], str]:
 def env(hero_home, monkeypatch):
     for name in ("HERO_PROFILE", "HERO_URL", "HERO_TOKEN"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HERO_DEV_MODE", "1")  # a local KEK for the key store (outside dev mode: `hero kek init`)
     return monkeypatch
 
 
 def test_choose_profile_rule():
-    assert choose_profile(None, []) == NEW_DEPLOYMENT_PROFILE == "v3"
+    assert choose_profile(None, []) == NEW_DEPLOYMENT_PROFILE == "v5"  # spec v5: docs/evaluation/chat.md
     assert choose_profile(None, ["default"]) == "default"  # an existing deployment keeps its profile
     assert choose_profile(None, ["default", "v1"]) == "default"  # the spec v2 upgrade path: default served
     assert choose_profile("v1", ["default"]) == "v1"  # HERO_PROFILE / --profile decide
@@ -40,7 +41,7 @@ def test_choose_profile_rule():
 
 def test_keys_honour_hero_profile_and_refuse_a_silent_second_profile(env, capsys):
     code, (listed,), _ = run(capsys, "keys", "list")
-    assert code == 0 and listed["deployment_profile"] == "v3" and listed["profiles"] == []
+    assert code == 0 and listed["deployment_profile"] == "v5" and listed["profiles"] == []
     env.setenv("HERO_PROFILE", "default")
     code, (made,), err = run(capsys, "keys", "init")
     assert code == 0 and made["profile"] == "default", err
@@ -113,3 +114,29 @@ def test_remote_decode_refuses_a_profile_flag(env, capsys):
     env.setenv("HERO_TOKEN", "t")
     code, _, err = run(capsys, "decode", "--text", "x", "--profile", "v1")
     assert code == 2 and "--profile applies to a local decode" in err
+
+
+def test_keys_init_models_makes_the_deployments_own_issued_copy(env, capsys, hero_home):
+    """`hero keys init --models 37,41` (a new deployment): keys for `v5-deployment`, the shipped default's copy
+    under $HERO_HOME/profiles that issues exactly those model ids; every later command finds it without a setting;
+    generation refuses an id not issued; `hero profile issue` adds one (the list only grows)."""
+    env.delenv("HERO_PROFILES_DIR", raising=False)
+    code, (made,), err = run(capsys, "keys", "init", "--models", "37,41")
+    assert code == 0 and made["profile"] == "v5-deployment", err
+    path = hero_home / "profiles" / "v5-deployment.yaml"
+    assert path.is_file()
+    code, (listed,), _ = run(capsys, "keys", "list")
+    assert listed["deployment_profile"] == "v5-deployment" and listed["profiles"] == ["v5-deployment"]
+    from verifier.engine.payload import PayloadError, encode_payload
+    from verifier.engine.profile import resolve_profile
+
+    prof = resolve_profile("v5-deployment")
+    assert prof.spec_version == 5 and prof.levels[0].issued == (37, 41) and prof.levels[0].searched == 2
+    encode_payload(prof, {"model": 41, "user": 5})
+    with pytest.raises(PayloadError):
+        encode_payload(prof, {"model": 3, "user": 5})
+    code, (issued,), _ = run(capsys, "profile", "issue", "v5-deployment", "42")
+    assert code == 0 and issued["issued"] == [37, 41, 42]
+    code, _out, err = run(capsys, "keys", "init", "--models", "37,x")
+    assert code == 2 and "comma-separated model ids" in err and len(err.strip().splitlines()) == 1
+

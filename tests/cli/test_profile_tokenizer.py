@@ -101,11 +101,13 @@ def test_profile_on_a_local_tokenizer_decodes_its_user_and_refuses_another(tmp_p
     assert code != 0 and "fingerprint" in err
 
 
-def test_profile_new_needs_the_directory_and_keeps_shipped_names(tmp_path, monkeypatch, capsys):
+def test_profile_new_writes_the_deployments_folder_and_keeps_shipped_names(tmp_path, monkeypatch, capsys, hero_home):
+    """Without HERO_PROFILES_DIR a deployment's profiles live in $HERO_HOME/profiles (found by every later
+    command); shipped names are refused."""
     tok = _copy_tokenizer(_smollm2_tokenizer_dir(), tmp_path / "tok")
     monkeypatch.delenv("HERO_PROFILES_DIR", raising=False)
-    code, _, err = _cli(capsys, "profile", "new", "mine", "--from", "v3", "--tokenizer", str(tok))
-    assert code != 0 and "HERO_PROFILES_DIR" in err
+    code, _made, err = _cli(capsys, "profile", "new", "mine", "--from", "v3", "--tokenizer", str(tok))
+    assert code == 0 and (hero_home / "profiles" / "mine.yaml").is_file(), err
     monkeypatch.setenv("HERO_PROFILES_DIR", str(tmp_path / "profiles"))
     code, _, err = _cli(capsys, "profile", "new", "v3", "--from", "v3", "--tokenizer", str(tok))
     assert code != 0 and "shipped" in err

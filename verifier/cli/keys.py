@@ -21,6 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ks = keys.add_subparsers(dest="keys_command", required=True)
     init = ks.add_parser("init", help="create keys for every level of a profile")
     add_profile_arg(init)
+    init.add_argument("--models", default=None, metavar="ID[,ID...]",
+                      help="the model ids this deployment issues (e.g. 37,41): keys are made for the deployment's "
+                           "own copy of the profile (NAME-deployment under $HERO_HOME/profiles) that searches and "
+                           "generates those ids only; more later with `hero profile issue`")
     init.set_defaults(handler=cmd_init)
     ls = ks.add_parser("list", help="list key versions and their status")
     add_profile_arg(ls)
@@ -74,14 +78,36 @@ def cmd_init(args: argparse.Namespace) -> None:
             f"(HERO_PROFILE) would be a second profile beside them. Unset HERO_PROFILE to use the existing keys, "
             f"or pass --profile {name} to create the second profile anyway"
         )
-    from verifier.cli.profile import pin_tokenizer
+    from verifier.cli.profile import issued_copy, pin_tokenizer
 
+    if args.models is not None:
+        base = resolve_profile(name)
+        own = base.name if base.name.endswith(DEPLOYMENT_SUFFIX) else f"{base.name}{DEPLOYMENT_SUFFIX}"
+        name = issued_copy(base, own, _model_ids(args.models))[0].name
+        others = [p for p in stored if p != name]
+        if others and not args.profile:
+            raise ValueError(f"this deployment already has keys for profile {', '.join(repr(p) for p in others)}; "
+                             f"pass --profile to make keys for a second profile beside them")
     profile = pin_tokenizer(name, resolve_profile(name))  # the tokenizer the keys are made with, recorded
     versions = store.initialize(profile, cli_actor())
     if others:
         print(f"hero: note: this deployment now has keys for profiles {', '.join([*others, profile.name])}; "
               f"a command uses HERO_PROFILE or --profile to choose", file=sys.stderr)
     emit({"profile": profile.name, "versions": [v.to_dict() for v in versions]})
+
+
+DEPLOYMENT_SUFFIX = "-deployment"  # `hero keys init --models`: the deployment's own copy of its profile
+
+
+def _model_ids(text: str) -> list[int]:
+    """`--models 37,41` -> [37, 41], one clear line for anything else."""
+    try:
+        ids = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ValueError(f"--models takes comma-separated model ids (e.g. 37,41), not {text!r}") from None
+    if not ids:
+        raise ValueError("--models needs at least one model id")
+    return ids
 
 
 def cmd_list(args: argparse.Namespace) -> None:

@@ -70,8 +70,6 @@ def cmd_new(args: argparse.Namespace) -> None:
     from verifier.lm import load_tokenizer, tokenizer_fingerprint, tokenizer_vocab_size
 
     folder = deployment_profiles_dir()
-    if folder is None:
-        raise ValueError("set HERO_PROFILES_DIR to the directory that holds this deployment's profiles")
     if not _NEW_NAME_RE.match(args.name):
         raise ValueError(f"profile name {args.name!r} must match {_NEW_NAME_RE.pattern}")
     if (PROFILES_DIR / f"{args.name}.yaml").exists():
@@ -115,9 +113,10 @@ def cmd_issue(args: argparse.Namespace) -> None:
 
     folder = deployment_profiles_dir()
     path = profile_path(args.name)
-    if folder is None or not path.resolve().is_relative_to(folder.resolve()) or not path.is_file():
-        raise ValueError(f"{args.name!r} is not a profile under HERO_PROFILES_DIR (shipped profiles are read-only; "
-                         "write one with `hero profile new NAME --from v4 --issued ...`)")
+    if not path.resolve().is_relative_to(folder.resolve()) or not path.is_file():
+        raise ValueError(f"{args.name!r} is not a profile under {folder} (the deployment's profiles: "
+                         "HERO_PROFILES_DIR, else $HERO_HOME/profiles; shipped profiles are read-only; write one with "
+                         "`hero keys init --models ...` or `hero profile new NAME --from v5 --issued ...`)")
     data = yaml.safe_load(path.read_text())
     level = _issued_level(data, args.field)
     if "issued" not in level:
@@ -127,6 +126,31 @@ def cmd_issue(args: argparse.Namespace) -> None:
     profile = _write(path, data)
     emit({"profile": profile.name, "path": str(path), "field": args.field, "issued": _issued_of(profile, args.field),
           "added": sorted(set(args.values) - had), "already_issued": sorted(set(args.values) & had)})
+
+
+def issued_copy(base: Profile, name: str, values: list[int], field: str = "model") -> tuple[Profile, Path]:
+    """Write the deployment's own copy of `base` named `name` whose `field` level issues `values` (spec v4+):
+    `hero keys init --models`. An existing copy is kept when it issues at least these values (re-running init is
+    harmless); one that lacks some is refused (issue them with `hero profile issue`)."""
+    from verifier.engine.profile import deployment_profiles_dir, profile_from_dict
+
+    if base.spec_version < 4:
+        raise ValueError(f"profile {base.name!r} is spec v{base.spec_version}: issued model ids need spec v4 or v5")
+    target = deployment_profiles_dir() / f"{name}.yaml"
+    data = base.to_dict()
+    data["name"] = name
+    _issued_level(data, field)["issued"] = sorted(set(values))
+    if target.exists():
+        from verifier.engine.profile import load_profile
+
+        have = load_profile(target)
+        missing = sorted(set(values) - set(_issued_of(have, field) or []))
+        if missing:
+            raise ValueError(f"{target} exists without {field} {missing}: issue them with `hero profile issue {name} "
+                             f"{' '.join(map(str, missing))}`")
+        return have, target
+    profile_from_dict(data)  # every rule checked before anything is written
+    return _write(target, data), target
 
 
 def _issued_level(data: dict, field: str) -> dict:

@@ -22,10 +22,12 @@ DEFAULT_DEEPER_CHUNKS = 4
 SPEC_VERSIONS = (1, 2, 3, 4, 5)
 ENCODINGS = ("segments", "value")
 MAX_VALUE_BITS = 16  # a per-value level is decoded by trying all 2^bits values
-# The profile a NEW deployment (no keys yet, no HERO_PROFILE) is set up with: the best spec this release ships.
+# The profile a NEW deployment (no keys yet, no HERO_PROFILE) is set up with: the best spec this release ships
+# (spec v5: docs/evaluation/chat.md; `hero keys init --models 37,41` makes it the deployment's own copy that issues
+# those model ids).
 # An existing deployment keeps the profile its keys were made with (verifier/keys/deployment.py). One line to
 # change when a better profile ships.
-NEW_DEPLOYMENT_PROFILE = "v3"
+NEW_DEPLOYMENT_PROFILE = "v5"
 V2_WINDOWS = 8  # spec v2: scored tokens are scored in 8 windows (prefix/suffix scans of mixed texts)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -382,15 +384,19 @@ PROFILES_DIR = project_root() / "policies" / "profiles"
 _FILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a profile name, never a path
 
 
-def deployment_profiles_dir() -> Path | None:
-    """$HERO_PROFILES_DIR (read at each call): where a deployment keeps its own profiles, outside the package."""
+def deployment_profiles_dir() -> Path:
+    """Where a deployment keeps its own profiles, outside the package (read at each call): $HERO_PROFILES_DIR,
+    else $HERO_HOME/profiles, so a profile `hero keys init --models` or `hero profile new` wrote is found by every
+    later command of the same deployment without a setting."""
+    from verifier.resources import hero_home
+
     explicit = os.environ.get(PROFILES_DIR_ENV)
-    return Path(explicit).expanduser() if explicit else None
+    return Path(explicit).expanduser() if explicit else hero_home() / "profiles"
 
 
 def profile_path(name_or_path: str) -> Path:
-    """The YAML file a profile name means: $HERO_PROFILES_DIR/NAME.yaml, else policies/profiles/NAME.yaml, else
-    the argument as a path."""
+    """The YAML file a profile name means: NAME.yaml in the deployment's profiles folder (`deployment_profiles_dir`),
+    else policies/profiles/NAME.yaml, else the argument as a path."""
     for folder in (deployment_profiles_dir(), PROFILES_DIR):
         if folder is not None and _FILE_NAME_RE.match(name_or_path):
             path = folder / f"{name_or_path}.yaml"
@@ -418,6 +424,12 @@ def v4_profile() -> Profile:
     """The spec v4 profile (policies/profiles/v4.yaml): v3's construction, the public level searched over the
     issued model ids only (docs/spec.md section 18)."""
     return load_profile(PROFILES_DIR / "v4.yaml")
+
+
+def v5_profile() -> Profile:
+    """The spec v5 profile (policies/profiles/v5.yaml): position-multiplexed levels (docs/spec.md section 19), what
+    a new deployment gets."""
+    return load_profile(PROFILES_DIR / "v5.yaml")
 
 
 def v1_profile() -> Profile:

@@ -7,12 +7,55 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from verifier.resources import hero_home, project_root
 
 REPO_ROOT = project_root()
+
+
+def check_issuer_url(url: str) -> str:
+    """An OIDC issuer: an https:// URL without query or fragment (http only on loopback, for a local test IdP)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(str(url).strip())
+    loopback = u.hostname in ("localhost", "127.0.0.1", "::1")
+    if not u.hostname or u.query or u.fragment or not (u.scheme == "https" or (u.scheme == "http" and loopback)):
+        raise ValueError("an OIDC issuer is an https:// URL without query or fragment (http only on loopback)")
+    return str(url).strip()
+
+
+class OidcIssuer(BaseModel):
+    """One OpenID Connect issuer and what its tokens mean here (an entry of HERO_OIDC_ISSUERS). Nothing is taken
+    from the single-issuer settings: a group name means a HeRo role only at the issuer whose map names it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    issuer: str
+    audience: list[str] = Field(min_length=1)  # accepted values of `audience_claim` (a string is one value)
+    # the claim holding the audience: "aud" (ID tokens, most access tokens) or "client_id" (AWS Cognito's access
+    # tokens carry no `aud`)
+    audience_claim: Literal["aud", "client_id"] = "aud"
+    role_claim: str = Field(default="role", min_length=1, max_length=256)  # top-level name or dotted path
+    role_map: dict[str, str] = Field(default_factory=dict)  # {} : the claim names HeRo roles itself
+
+    @field_validator("issuer", mode="after")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return check_issuer_url(v)
+
+    @field_validator("audience", mode="before")
+    @classmethod
+    def _one(cls, v: object) -> object:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("role_map", mode="after")
+    @classmethod
+    def _map(cls, v: dict[str, str]) -> dict[str, str]:
+        if any(not k or not r or len(k) > 256 or len(r) > 64 for k, r in v.items()):
+            raise ValueError("role_map maps non-empty IdP role names to non-empty HeRo role names")
+        return v
 
 
 class Settings(BaseSettings):
@@ -59,6 +102,11 @@ class Settings(BaseSettings):
     # come from its discovery document's `jwks_uri`, refreshed like HERO_JWKS_URL; a token is checked with the keys
     # of the issuer it names, and only these issuers and HERO_JWT_ISSUER are accepted (docs/operations.md).
     oidc_issuer: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Per-issuer identity (HERO_OIDC_ISSUERS: a JSON list of {"issuer", "audience", "audience_claim", "role_claim",
+    # "role_map"}, or the path of a file holding one): each issuer's own audience, role claim and role map
+    # (verifier/settings.OidcIssuer; docs/operations.md). Beside HERO_OIDC_ISSUER, whose issuers keep the single
+    # HERO_JWT_AUDIENCE / HERO_JWT_ROLE_CLAIM / HERO_ROLE_MAP; an issuer may be named in only one of them.
+    oidc_issuers: Annotated[list[OidcIssuer], NoDecode] = Field(default_factory=list)
     roles_file: Path = REPO_ROOT / "policies" / "roles.yaml"
     dev_mode: bool = False
     bundle_ttl_seconds: int = Field(default=86400, ge=60, le=30 * 86400)  # generation-key bundles (providers)
@@ -172,17 +220,34 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             v = json.loads(v) if v.strip().startswith("[") else [p for p in v.split(",") if p.strip()]
         if isinstance(v, list):
-            for url in v:
-                from urllib.parse import urlsplit
-
-                u = urlsplit(str(url).strip())
-                loopback = u.hostname in ("localhost", "127.0.0.1", "::1")
-                if not u.hostname or u.query or u.fragment or not (u.scheme == "https" or
-                                                                     (u.scheme == "http" and loopback)):
-                    raise ValueError("an OIDC issuer is an https:// URL without query or fragment (http only on "
-                                     "loopback)")
-            return [str(url).strip() for url in v]
+            return [check_issuer_url(url) for url in v]
         return v
+
+    @field_validator("oidc_issuers", mode="before")
+    @classmethod
+    def _issuer_rules(cls, v: object) -> object:
+        if isinstance(v, str):
+            text = v.strip()
+            if not text:
+                return []
+            if not text.startswith("["):  # a file (a Kubernetes ConfigMap, say)
+                try:
+                    text = Path(text).expanduser().read_text(encoding="utf-8")
+                except OSError as exc:
+                    raise ValueError(f"HERO_OIDC_ISSUERS: cannot read {text[:200]} "
+                                     f"({exc.__class__.__name__})") from None
+            try:
+                v = json.loads(text)
+            except ValueError:
+                raise ValueError("HERO_OIDC_ISSUERS: not a JSON list of issuers") from None
+        return v
+
+    @model_validator(mode="after")
+    def _issuers_once(self) -> Settings:
+        named = [i.issuer for i in self.oidc_issuers]
+        if len(set(named)) != len(named) or set(named) & set(self.oidc_issuer):
+            raise ValueError("an OIDC issuer is named once, in HERO_OIDC_ISSUER or HERO_OIDC_ISSUERS")
+        return self
 
     @field_validator("role_map", mode="after")
     @classmethod

@@ -36,6 +36,9 @@ class AuditEventOut(BaseModel):
     detail: str | None
     prev_hash: str
     hash: str
+    # the token issuer that vouched for `subject` (None: the operator's CLI, or an event written before issuers
+    # were recorded); part of the hashed fields only when set (verifier/audit/chain.row_fields)
+    issuer: str | None = None
 
 
 class AuditEventsOut(BaseModel):

@@ -14,9 +14,16 @@ token is checked only with the keys of the issuer its `iss` names: one issuer's 
 tokens. A bad key is skipped and logged; a bad or unreachable set keeps the last good one; nothing here ever turns
 a request into a 500 or stops start-up.
 
-Roles: HERO_JWT_ROLE_CLAIM is a top-level claim name, else a dotted path (`realm_access.roles`); its value a
-string or a list of strings, mapped to HeRo roles by HERO_ROLE_MAP when set. `Claims.roles` holds every HeRo role
-found; the server policy decides what several of them mean (`Policy.resolve`).
+Roles: HERO_JWT_ROLE_CLAIM is a claim name (`role`, or a namespaced URL such as `https://example.com/roles`, read
+at the top level), else a dotted path (`realm_access.roles`) read in nested objects only (a literal top-level claim
+named `realm_access.roles` is never read: the IdP manages the nested value, a client may add top-level claims); its
+value a string or a list of strings, mapped to HeRo roles by HERO_ROLE_MAP when set. `Claims.roles` holds every
+HeRo role found; the server policy decides what several of them mean (`Policy.resolve`).
+
+Per issuer (HERO_OIDC_ISSUERS, `verifier.settings.OidcIssuer`): each OIDC issuer its own audience (in `aud`, or in
+`client_id` for AWS Cognito's access tokens, which carry no `aud`), role claim and role map, so a group of issuer
+B never means what the operator meant for issuer A's group of the same name. HERO_JWT_ISSUER and the issuers of
+HERO_OIDC_ISSUER keep the single HERO_JWT_AUDIENCE / HERO_JWT_ROLE_CLAIM / HERO_ROLE_MAP.
 """
 
 from __future__ import annotations
@@ -344,11 +351,23 @@ class _Verified:
     keys: KeySource  # the source (HERO_JWT_ISSUER's, or one OIDC issuer's) that trusted it
 
 
+@dataclass(frozen=True)
+class IssuerRules:
+    """What one issuer's tokens must carry and mean: accepted audiences (in `audience_claim`), the role claim and
+    the role map."""
+
+    audiences: tuple[str, ...]
+    audience_claim: str
+    role_claim: str
+    role_map: dict[str, str]
+
+
 def claim_at(claims: dict[str, Any], path: str) -> Any:
-    """The claim `path`: a top-level name as is (`https://example.com/roles` keeps its dots), else a dotted path
-    into nested objects (`realm_access.roles`); None when absent."""
-    if path in claims:
-        return claims[path]
+    """The claim `path`: a name without dots, or a namespaced URL (`https://example.com/roles`: it has a `/`), at
+    the top level; else a dotted path read in nested objects only (`realm_access.roles`: a top-level claim of that
+    literal name is ignored); None when absent."""
+    if "/" in path or "." not in path:
+        return claims.get(path)
     cur: Any = claims
     for part in path.split("."):
         if not isinstance(cur, dict) or part not in cur:
@@ -384,10 +403,19 @@ class TokenVerifier:
         self.settings = settings
         self.keys = keys or KeySource(settings)
         # one key source per OIDC issuer: discovery -> jwks_uri, cached and refreshed as HERO_JWKS_URL is
+        shared = IssuerRules((settings.jwt_audience,), "aud", settings.jwt_role_claim,
+                             dict(getattr(settings, "role_map", {}) or {}))
+        self.rules: dict[str, IssuerRules] = {settings.jwt_issuer: shared}
+        for iss in getattr(settings, "oidc_issuer", ()):
+            self.rules[iss] = shared
+        for conf in getattr(settings, "oidc_issuers", ()):
+            self.rules[conf.issuer] = IssuerRules(tuple(conf.audience), conf.audience_claim, conf.role_claim,
+                                                  dict(conf.role_map))
         self.issuers: dict[str, KeySource] = {
             iss: KeySource(_IssuerSettings(iss, settings.jwks_cache_seconds, settings.jwks_wait_seconds),
                            fetch=oidc_jwks_fetcher(fetch or _http_fetch))
-            for iss in getattr(settings, "oidc_issuer", ())
+            for iss in [*getattr(settings, "oidc_issuer", ()),
+                        *(c.issuer for c in getattr(settings, "oidc_issuers", ()))]
         }
         self.cache_max = cache_max
         self.clock = clock
@@ -451,7 +479,9 @@ class TokenVerifier:
             raise AuthError("token issuer not accepted")
         source = self.issuers[named] if oidc else self.keys
         issuer = named if oidc else s.jwt_issuer
-        required = [c for c in REQUIRED_CLAIMS if not (oidc and c == "jti")]
+        rules = self.rules[issuer]
+        in_aud = rules.audience_claim == "aud"
+        required = [c for c in REQUIRED_CLAIMS if not (oidc and c == "jti") and (in_aud or c != "aud")]
         if kid is None and oidc and isinstance(header.get("alg"), str):
             kid = ""  # an OIDC issuer's token without kid: its issuer's single key of that alg, if it has one
         elif not isinstance(kid, str) or not kid:
@@ -470,10 +500,10 @@ class TokenVerifier:
                 token,
                 key.key,
                 algorithms=[key.alg],
-                audience=s.jwt_audience,
+                audience=list(rules.audiences) if in_aud else None,
                 issuer=issuer,
                 leeway=self._leeway(),
-                options={"require": required, "verify_signature": True, "strict_aud": False},
+                options={"require": required, "verify_signature": True, "strict_aud": False, "verify_aud": in_aud},
             )
         except jwt.ExpiredSignatureError:
             raise AuthError("token expired") from None
@@ -492,6 +522,8 @@ class TokenVerifier:
         except Exception as exc:  # e.g. a key object the backend rejects at verify time
             log.error("token verification failed", extra={"error": exc.__class__.__name__})
             raise AuthError("invalid token") from None
+        if not in_aud and claims.get(rules.audience_claim) not in rules.audiences:  # e.g. Cognito's client_id
+            raise AuthError("token audience not accepted")
         exp, iat = claims.get("exp"), claims.get("iat")
         if not isinstance(exp, int | float) or not isinstance(iat, int | float):
             raise AuthError("invalid token")
@@ -503,6 +535,6 @@ class TokenVerifier:
         for name, value in (("sub", sub), ("jti", jti)):
             if not isinstance(value, str) or not value or len(value) > 256:
                 raise AuthError(f"token claim {name!r} must be a non-empty string")
-        roles = mapped_roles(claim_at(claims, s.jwt_role_claim), s.jwt_role_claim, getattr(s, "role_map", {}) or {})
+        roles = mapped_roles(claim_at(claims, rules.role_claim), rules.role_claim, rules.role_map)
         return (Claims(sub=sub, role=roles[0] if len(roles) == 1 else "", jti=jti, raw=claims,  # type: ignore[arg-type]
                        roles=roles), key, source)

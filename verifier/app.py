@@ -96,12 +96,13 @@ def _openapi_with_error_shape(app: FastAPI) -> dict:
 
 def _declare_guard_errors(path: str, op: dict) -> None:
     """What the middleware may answer before a route runs: 400 on any request (two Authorization headers, a bad
-    Content-Length or a body that is not UTF-8), 401 on /v1 and on routes taking a token, 413 with a body;
-    /metrics is Prometheus text."""
+    Content-Length or a body that is not UTF-8), 401 on /v1 and on routes taking a token, and 403 there too (a
+    valid token whose role the policy does not know, or maps to none), 413 with a body; /metrics is Prometheus
+    text."""
     responses = op.setdefault("responses", {})
     extra = ["400"]
     if path.startswith("/v1/") or "security" in op or (path == "/metrics" and "403" in responses):
-        extra.append("401")
+        extra += ["401", "403"]
     if "requestBody" in op:
         extra.append("413")
     for code in extra:
@@ -197,7 +198,9 @@ def _ops_routes(app: FastAPI, settings: Settings) -> None:
         except Exception as exc:
             log.warning("broker not reachable", extra={"error": exc.__class__.__name__})
             return JSONResponse({"detail": "broker unreachable"}, status_code=503)
-        return JSONResponse({"status": "ready", "profile": ctx.profile.name})  # the profile this deployment serves
+        if settings.dev_mode:  # the profile served, for a developer; in production only ready or not (issue 52)
+            return JSONResponse({"status": "ready", "profile": ctx.profile.name})
+        return JSONResponse({"status": "ready"})
 
     if settings.metrics_exposure == "public":
 
@@ -238,7 +241,7 @@ def create_app(
         yield
         ctx.close()
 
-    docs = settings.docs_exposure == "public"
+    docs = settings.docs_exposure == "public" and bool(settings.public_docs)  # HERO_PUBLIC_DOCS
     app = FastAPI(
         title="HeRo Verifier", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
         docs_url=None, redoc_url=None, openapi_url="/openapi.json" if docs else None, **_NO_NATIVE_TELEMETRY,

@@ -196,7 +196,10 @@ class Settings(BaseSettings):
     metrics_exposure: Literal["public", "auth", "off"] | None = None
     metrics_port: int | None = Field(default=None, ge=1, le=65535)  # also serve /metrics on its own bind
     metrics_host: str = "127.0.0.1"
-    docs_exposure: Literal["public", "off"] = "public"  # /docs, /redoc, /openapi.json
+    docs_exposure: Literal["public", "off"] = "public"  # /docs, /redoc, /openapi.json ("off": never)
+    # HERO_PUBLIC_DOCS: serve /docs, /redoc and /openapi.json unauthenticated; default: in dev mode only (outside
+    # it the API's description is not handed to everyone who can reach the port)
+    public_docs: bool | None = None
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: str = "INFO"
@@ -267,6 +270,8 @@ class Settings(BaseSettings):
     def _metrics_default(self) -> Settings:
         if self.metrics_exposure is None:
             self.metrics_exposure = "public" if self.dev_mode else "auth"
+        if self.public_docs is None:
+            self.public_docs = self.dev_mode
         return self
 
     @field_validator("home", mode="after")

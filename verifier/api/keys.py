@@ -33,7 +33,8 @@ def _listing(ctx: ServiceContext) -> dict:
     return {"profile": ctx.profile.name, "levels": ctx.profile.depth, "versions": [version_meta(r) for r in rows]}
 
 
-@router.get("", response_model=KeyListOut, summary="List key versions (metadata only)")
+@router.get("", response_model=KeyListOut, summary="List key versions (metadata only)",
+            responses={401: {}, 403: {"description": "role without keys.read"}})
 def list_keys(ctx: Ctx, p: KeyReader) -> dict:
     return _listing(ctx)
 

@@ -1413,6 +1413,226 @@ static int64_t draw_fast(const Step *s, int64_t b, double mx, double *p) {
     return deinterleave(y0 + (y < n ? y : lasty), V, s->stride);
 }
 
+/* ---- the fast Gumbel-max: the last draw of a marked row (spec v5: the whole vocabulary) ----------------------
+ * The exact loop computes G(u) = -log(-log((u + 0.5) 2^-32)) with two libm logs per token: 30-50 ns each, most of
+ * a v5 step. Here the Philox words come 4 blocks at a time (`philox_x4`, vectorised over blocks) and G from a
+ * branch-free log (`fast_log`: x = m 2^k, m in [sqrt(1/2), sqrt(2)), f = m - 1 exact, s = f / (2 + f),
+ * log m = 2 atanh(s) by Taylor to s^21: |s| <= 0.1716, truncation < s^23 / 23 < 1e-19 relative; s is within 2
+ * roundings, log m within 4 ulp, k ln2 split (ln2_hi has 11 trailing zero bits: k ln2_hi exact), so log x is
+ * within 5e-16 |log x| + 2^-52 |k ln2| of the truth). Inner log: E = -log U within 6 ulp; outer: G within
+ * 6 ulp of E's effect (|dG| = |dE| / E < 2e-15) plus 23 * 1e-15: |G_fast - G_true| < 1e-13, and libm's G is within
+ * 2 ulp of its inputs' logs, < 1e-13 too: the tests check |G_fast - G_libm| < 1e-12 over extreme and random u.
+ * Score a_j = (x_j - mx) + G_fast, the same subtraction as the exact loop; tokens with x - mx < -1000 are left out
+ * (their exact score < -976 never beats the row's best, which must then be > -900, else the row goes back), so
+ * every kept score has |score| < 1024 and |a_j - e_j| < 2e-13 + 2^-42 < 1e-12 (e_j: the exact loop's score). A
+ * token with (x - mx) + gmax < best - margin (best so far, gmax >= any G) is skipped before its Philox block, as
+ * the exact loop skips it. The draw is taken only when the best score leads the runner-up by more than
+ * fast_margin (>= 1e-7 >> 2e-12): then the exact loop picks the same token (no tie either); closer calls
+ * (probability ~1e-7 per row) go back to the exact loop. */
+#define GUMBEL_TILE 256
+/* MADD as for FEXP_BODY; log of p[i] > 0 finite, normal (every U and E here is in [2^-33, 23]) */
+#define FLOG_BODY(MADD)                                                                                   \
+    for (int64_t i = 0; i < n; i++) {                                                                     \
+        double x = p[i];                                                                                  \
+        uint64_t bits, kb, mb;                                                                            \
+        memcpy(&bits, &x, 8);                                                                             \
+        /* kb = k + 1024 with m = x 2^-k in [sqrt(1/2), sqrt(2)): logical shifts and no int64 -> double      \
+         * conversion, both missing from AVX2 */                                                          \
+        kb = (bits - 0x3FE6A09E667F3BCDULL + (1024ULL << 52)) >> 52;                                      \
+        mb = bits - (kb << 52) + (1024ULL << 52);                                                         \
+        kb |= 0x4330000000000000ULL; /* the double 2^52 + kb */                                           \
+        double m, kd;                                                                                     \
+        memcpy(&m, &mb, 8);                                                                               \
+        memcpy(&kd, &kb, 8);                                                                              \
+        kd -= 4503599627371520.0; /* 2^52 + 1024: k, exactly */                                           \
+        double f = m - 1.0, s = f / (2.0 + f), z = s * s;                                                 \
+        double t = MADD(z, 1.0 / 21.0, 1.0 / 19.0);                                                       \
+        t = MADD(t, z, 1.0 / 17.0);                                                                       \
+        t = MADD(t, z, 1.0 / 15.0);                                                                       \
+        t = MADD(t, z, 1.0 / 13.0);                                                                       \
+        t = MADD(t, z, 1.0 / 11.0);                                                                       \
+        t = MADD(t, z, 1.0 / 9.0);                                                                        \
+        t = MADD(t, z, 1.0 / 7.0);                                                                        \
+        t = MADD(t, z, 1.0 / 5.0);                                                                        \
+        t = MADD(t, z, 1.0 / 3.0);                                                                        \
+        double lm = MADD(2.0 * s, t * z, 2.0 * s); /* 2 s (1 + z t) */                                    \
+        p[i] = MADD(kd, 6.93147180369123816490e-01, MADD(kd, 1.90821492927058770002e-10, lm));            \
+    }
+/* G for n words: g[i] = -log(-log((u[i] + 0.5) 2^-32)) */
+#define FGUMBEL_BODY(ISA)                                                                                 \
+    for (int64_t i = 0; i < n; i++) g[i] = ((double)u[i] + 0.5) * (1.0 / 4294967296.0);                   \
+    fast_log_##ISA(g, n);                                                                                 \
+    for (int64_t i = 0; i < n; i++) g[i] = -g[i];                                                         \
+    fast_log_##ISA(g, n);                                                                                 \
+    for (int64_t i = 0; i < n; i++) g[i] = -g[i];
+/* Philox4x32-10 blocks blk .. blk + 3 of seed (s0, s1), four lanes (one block each): out[4 l + w] = word w of block
+ * blk + l. The 32-bit products in 64-bit lanes (vpmuludq on AVX2). */
+#define PHILOX_X4_BODY                                                                                    \
+    const v4u m32 = {0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL, 0xFFFFFFFFULL};                         \
+    v4u b4 = {blk, blk + 1, blk + 2, blk + 3};                                                            \
+    v4u cc0 = b4 & m32, cc1 = b4 >> 32, cc2 = m32 & (s1 & 0xFFFFFFFFULL), cc3 = m32 & (s1 >> 32);         \
+    v4u kk0 = m32 & (s0 & 0xFFFFFFFFULL), kk1 = m32 & (s0 >> 32);                                         \
+    for (int q = 0; q < 10; q++) {                                                                        \
+        v4u p0 = cc0 * 0xD2511F53ULL;                                                                     \
+        v4u p1 = cc2 * 0xCD9E8D57ULL;                                                                     \
+        cc0 = (p1 >> 32) ^ cc1 ^ kk0;                                                                     \
+        cc1 = p1 & m32;                                                                                   \
+        cc2 = (p0 >> 32) ^ cc3 ^ kk1;                                                                     \
+        cc3 = p0 & m32;                                                                                   \
+        kk0 = (kk0 + 0x9E3779B9ULL) & m32;                                                                \
+        kk1 = (kk1 + 0xBB67AE85ULL) & m32;                                                                \
+    }                                                                                                     \
+    for (int l = 0; l < 4; l++) {                                                                         \
+        out[4 * l] = (uint32_t)cc0[l];                                                                    \
+        out[4 * l + 1] = (uint32_t)cc1[l];                                                                \
+        out[4 * l + 2] = (uint32_t)cc2[l];                                                                \
+        out[4 * l + 3] = (uint32_t)cc3[l];                                                                \
+    }
+
+FEXP_FN static void fast_log_generic(double *p, int64_t n) { FLOG_BODY(MADD_SPLIT) }
+/* How many of dt[0 .. m) reach thr (NaN does not) */
+#define LIVE_BODY                                                                                         \
+    int64_t c = 0;                                                                                        \
+    for (int64_t i = 0; i < m; i++) c += dt[i] >= thr;                                                    \
+    return c;
+/* A dense tile's filter with no log (see gumbel_max_fast): keep[i] = 1.0 for a token that reaches thr and whose
+ * 1 - U <= exp(min(d - bm, 0)) (1 + 1e-6), bm = best - margin; returns their count. 1 - U = (2^32 - 1/2 - u) 2^-32,
+ * u as a signed int (AVX2 converts no unsigned ints): exact. */
+#define FILTER_BODY(ISA)                                                                                  \
+    for (int64_t i = 0; i < m; i++) {                                                                     \
+        double t = dt[i] - bm;                                                                            \
+        keep[i] = t < 0.0 ? t : 0.0; /* NaN: 0, failed by thr */                                          \
+    }                                                                                                     \
+    fast_exp_##ISA(keep, m);                                                                              \
+    int64_t c = 0;                                                                                        \
+    for (int64_t i = 0; i < m; i++) {                                                                     \
+        const double v = (2147483647.5 - (double)(int32_t)(words[i] ^ 0x80000000u)) * (1.0 / 4294967296.0); \
+        const int ok = (dt[i] >= thr) & (v <= keep[i] * (1.0 + 1e-6));                                   \
+        keep[i] = ok ? 1.0 : 0.0;                                                                         \
+        c += ok;                                                                                          \
+    }                                                                                                     \
+    return c;
+FEXP_FN static int64_t live_count_generic(const double *dt, int64_t m, double thr) { LIVE_BODY }
+FEXP_FN static int64_t gumbel_filter_generic(const double *dt, const uint32_t *words, int64_t m, double bm,
+                                             double thr, double *keep) { FILTER_BODY(generic) }
+
+static void fast_gumbel_generic(const uint32_t *u, double *g, int64_t n) { FGUMBEL_BODY(generic) }
+/* blocks blk .. blk + 4 n4 - 1 into out[0 .. 16 n4) */
+static void philox_tile_generic(uint64_t s0, uint64_t s1, uint64_t blk, int64_t n4, uint32_t *out) {
+    for (int64_t g = 0; g < n4; g++, blk += 4, out += 16) {
+#if HERO_VEC
+        PHILOX_X4_BODY
+#else
+        for (int l = 0; l < 4; l++) philox_block(s0, s1, blk + (uint64_t)l, out + 4 * l);
+#endif
+    }
+}
+#if HERO_X86
+FEXP_FN FAST_FN static void fast_log_avx2(double *p, int64_t n) { FLOG_BODY(MADD_FUSED) }
+FAST_FN static void fast_gumbel_avx2(const uint32_t *u, double *g, int64_t n) { FGUMBEL_BODY(avx2) }
+FEXP_FN FAST_FN static int64_t live_count_avx2(const double *dt, int64_t m, double thr) { LIVE_BODY }
+FEXP_FN FAST_FN static int64_t gumbel_filter_avx2(const double *dt, const uint32_t *words, int64_t m, double bm,
+                                                  double thr, double *keep) { FILTER_BODY(avx2) }
+/* AVX2: the round keys once per tile; products' high halves left unmasked where only their low 32 bits are read
+ * again (vpmuludq reads the low half; the outputs are packed from the low halves) */
+FAST_FN static void philox_tile_avx2(uint64_t s0, uint64_t s1, uint64_t blk, int64_t n4, uint32_t *out) {
+    __m256i k0[10], k1[10];
+    uint32_t a = (uint32_t)s0, c = (uint32_t)(s0 >> 32);
+    for (int q = 0; q < 10; q++, a += 0x9E3779B9U, c += 0xBB67AE85U) {
+        k0[q] = _mm256_set1_epi64x(a);
+        k1[q] = _mm256_set1_epi64x(c);
+    }
+    const __m256i m32 = _mm256_set1_epi64x(0xFFFFFFFFLL), M0 = _mm256_set1_epi64x(0xD2511F53LL),
+                  M1 = _mm256_set1_epi64x(0xCD9E8D57LL), c2i = _mm256_set1_epi64x((uint32_t)s1),
+                  c3i = _mm256_set1_epi64x((uint32_t)(s1 >> 32));
+    for (int64_t g = 0; g < n4; g++, blk += 4, out += 16) {
+        __m256i b4 = _mm256_setr_epi64x((long long)blk, (long long)(blk + 1), (long long)(blk + 2), (long long)(blk + 3));
+        __m256i cc0 = b4, cc1 = _mm256_srli_epi64(b4, 32), cc2 = c2i, cc3 = c3i;
+        for (int q = 0; q < 10; q++) {
+            __m256i p0 = _mm256_mul_epu32(cc0, M0), p1 = _mm256_mul_epu32(cc2, M1);
+            cc0 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), cc1), k0[q]);
+            cc2 = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p0, 32), cc3), k1[q]);
+            cc1 = p1;
+            cc3 = p0;
+        }
+        /* lanes l: A = (w0, w1), B = (w2, w3) of block l; memory order A0 B0 A1 B1 A2 B2 A3 B3 */
+        __m256i A = _mm256_or_si256(_mm256_and_si256(cc0, m32), _mm256_slli_epi64(cc1, 32));
+        __m256i B = _mm256_or_si256(_mm256_and_si256(cc2, m32), _mm256_slli_epi64(cc3, 32));
+        __m256i lo = _mm256_unpacklo_epi64(A, B), hi = _mm256_unpackhi_epi64(A, B); /* A0 B0 A2 B2, A1 B1 A3 B3 */
+        _mm256_storeu_si256((__m256i *)out, _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)(out + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+}
+#endif
+
+/* The fast Gumbel-max over routing positions [offset, offset + size) of row b under seed (s0, s1) (word j for
+ * position offset + j): 1 with the token in *tok, or 0 when too close to call (the exact loop decides). */
+static int gumbel_max_fast(const Step *s, int64_t b, double mx, uint64_t s0, uint64_t s1, int64_t offset,
+                           int64_t size, int64_t *tok) {
+    const double gmax = gumbel_of(0xFFFFFFFFu) + 1e-6, margin = fast_margin;
+    double best = -INFINITY, second = -INFINITY, dt[GUMBEL_TILE], q[GUMBEL_TILE], d[GUMBEL_TILE], g[GUMBEL_TILE];
+    uint32_t words[GUMBEL_TILE], u[GUMBEL_TILE];
+    int32_t idx[GUMBEL_TILE];
+    int64_t best_j = -1;
+    for (int64_t j0 = 0; j0 < size; j0 += GUMBEL_TILE) {
+        const int64_t m = size - j0 < GUMBEL_TILE ? size - j0 : GUMBEL_TILE;
+        /* live tokens: finite, within 1000 of the max, and able to reach best - margin (NaN and -inf fail) */
+        const double thr = best - margin - gmax > -1000.0 ? best - margin - gmax : -1000.0;
+        if (s->stride <= 0)
+            s->dbl ? FAST_CALL(shift_d, dt, (const double *)s->logits + b * s->V + offset + j0, m, 1, mx)
+                   : FAST_CALL(shift_f, dt, (const float *)s->logits + b * s->V + offset + j0, m, 1, mx);
+        else
+            for (int64_t i = 0; i < m; i++) dt[i] = logit_at(s, b, deinterleave(offset + j0 + i, s->V, s->stride)) - mx;
+        int64_t n = 0, live = FAST_CALL(live_count, dt, m, thr);
+        if (live == 0) continue;
+        if (4 * live >= m) {
+            /* mostly live (a dense row): the tile's Philox words four blocks at a time, then the filter with no log:
+             * a token reaches best - margin only if E = -log U <= exp(-(best - margin - d)), so only if 1 - U <= E <=
+             * that (slack 1e-6 for fast_exp's 1e-14 and the roundings of d - best); once a good best is known most
+             * tokens fail. An argument >= 0 (every token while best = -inf) passes every token (1 - U < 1). */
+            FAST_CALL(philox_tile, s0, s1, (uint64_t)j0 >> 2, (m + 15) >> 4, words);
+            if (FAST_CALL(gumbel_filter, dt, words, m, best - margin, thr, q) == 0) continue;
+            for (int64_t i = 0; i < m; i++) {
+                if (q[i] != 0.0) {
+                    d[n] = dt[i];
+                    idx[n] = (int32_t)i;
+                    u[n++] = words[i];
+                }
+            }
+        } else {
+            /* few live tokens (top-k / top-p rows): each live token's block once */
+            int64_t block = -1;
+            uint32_t w[4];
+            for (int64_t i = 0; i < m; i++) {
+                if (!(dt[i] >= thr)) continue;
+                const int64_t j = j0 + i;
+                if (j >> 2 != block) {
+                    block = j >> 2;
+                    philox_block(s0, s1, (uint64_t)block, w);
+                }
+                d[n] = dt[i];
+                idx[n] = (int32_t)i;
+                u[n++] = w[j & 3];
+            }
+        }
+        if (n == 0) continue;
+        FAST_CALL(fast_gumbel, u, g, n);
+        for (int64_t k = 0; k < n; k++) {
+            double sc = d[k] + g[k];
+            if (sc > best) {
+                second = best;
+                best = sc;
+                best_j = j0 + idx[k];
+            } else if (sc > second) {
+                second = sc;
+            }
+        }
+    }
+    if (best_j < 0 || !(best > -900.0) || !(best - second > margin)) return 0;
+    *tok = deinterleave(offset + best_j, s->V, s->stride);
+    return 1;
+}
+
 static void step_row(Step *s, int64_t b, double *p) {
     const int64_t V = s->V, *c = s->ctx + b * s->h;
     uint64_t msg[10];
@@ -1495,7 +1715,8 @@ static void step_row(Step *s, int64_t b, double *p) {
         s->out[b] = deinterleave(y < V ? y : lastpos, V, s->stride);
         return;
     }
-    /* Gumbel-max inside the chunk. A token whose logit is so low that even the largest Gumbel term (u = 2^32 - 1)
+    if (fast && gumbel_max_fast(s, b, mx, lo[s->nsched], hi[s->nsched], offset, size, &s->out[b])) return;
+    /* Gumbel-max inside the chunk (the exact path). A token whose logit is so low that even the largest Gumbel term (u = 2^32 - 1)
      * leaves it below the best score so far cannot win (rounding is monotone): skipped before its two logs. */
     int64_t best_j = 0, ll = s->nsched, block = -1;
     const double gmax = gumbel_of(0xFFFFFFFFu) + 1e-6; /* slack: libm log need not be monotone to the last bit */
@@ -1718,6 +1939,26 @@ static PyObject *py_fast_exp(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(fast_gumbel_doc,
+             "fast_gumbel(words, out): the fast Gumbel-max's G(u) = -log(-log((u + 0.5) 2^-32)) of uint32 words into a\n"
+             "float64 buffer (the tests check the error bound its margin rests on: within 1e-12 of libm's).");
+
+static PyObject *py_fast_gumbel(PyObject *self, PyObject *args) {
+    Py_buffer wb, ob;
+    if (!PyArg_ParseTuple(args, "y*w*", &wb, &ob)) return NULL;
+    PyObject *res = NULL;
+    if (wb.len % 4 || ob.len != 2 * wb.len) {
+        PyErr_SetString(PyExc_ValueError, "fast_gumbel: uint32 words and a float64 buffer of the same length");
+    } else {
+        FAST_CALL(fast_gumbel, (const uint32_t *)wb.buf, (double *)ob.buf, wb.len / 4);
+        Py_INCREF(Py_None);
+        res = Py_None;
+    }
+    PyBuffer_Release(&wb);
+    PyBuffer_Release(&ob);
+    return res;
+}
+
 PyDoc_STRVAR(fast_mass_doc,
              "fast_mass(buf, mx, tier) -> float: a routing tier's mass of a contiguous float32 run, the sum of\n"
              "exp(x - mx) ('f32': the float32 pass, None where this CPU or build has no such tier; 'f64': the double\n"
@@ -1777,6 +2018,7 @@ static PyMethodDef methods[] = {
     {"fast_step", py_fast_step, METH_VARARGS, fast_step_doc},
     {"fast_exp", py_fast_exp, METH_VARARGS, fast_exp_doc},
     {"fast_mass", py_fast_mass, METH_VARARGS, fast_mass_doc},
+    {"fast_gumbel", py_fast_gumbel, METH_VARARGS, fast_gumbel_doc},
     {NULL, NULL, 0, NULL},
 };
 

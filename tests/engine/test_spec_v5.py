@@ -293,3 +293,19 @@ def test_v5_step_is_unbiased_per_step_over_keys():
                 acc, b = 0.0, b + 1
         obs, exp = np.bincount(bins, weights=counts), np.bincount(bins, weights=probs) * n
         assert sps.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3, gen_index
+
+
+def test_v5_per_token_map_shows_level_ones_positions_only(syn_keys, syn_texts):
+    """The evidence map (level 1) lists the positions level 1 read: the whole front (text indices < 50) and, after
+    it, only public lanes; their mean evidence for the supported value is far above the null mean 1."""
+    pays, ids = syn_texts
+    d = Decoder(SYN, {1: [syn_keys.tables[0]]})
+    x = ids[0].tolist()
+    result, evidence = d.token_evidence(x)
+    assert result.levels[0].fields == {"model": pays[0]["model"]}
+    pos = [p for p, _ in evidence]
+    scored = R.scored_positions(x, SYN.context_width)
+    assert set(p for p in scored if p < 50) <= set(pos) and len(pos) == result.levels[0].segment_tokens[0]
+    late = [p for p in scored if p >= 50]
+    assert 0 < len([p for p in pos if p >= 50]) < len(late)
+    assert np.mean([e for _, e in evidence]) > 1.5

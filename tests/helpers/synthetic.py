@@ -77,7 +77,7 @@ def bit_errors(profile, level: int, decoded: dict, truth: dict) -> tuple[int, in
 
 
 def generate_fused(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0,
-                   backend: str | None = "torch", opening_nats: float = 0.0, top_k: int | None = None):
+                   backend: str | None = None, opening_nats: float = 0.0, top_k: int | None = None):
     """Continuation ids [B, steps] drawn by the product's one generation step (gpu/step.py `FusedSampler`, via
     verifier.engine.generation), from random logits (optionally top-k warped): every spec version, spec v5
     included (its level depends on the generator's index, which only the fused step tracks)."""

@@ -254,6 +254,8 @@ class Decoder:
         lv1 = result.levels[0]
         if lv1.key_version is None:  # level 1's own evidence is not significant: nothing to show
             return result, []
+        if self.profile.multiplex is not None:
+            return result, self._multiplexed_token_evidence(ids, lv1.key_version)
         positions = reference.scored_positions(list(ids), self.profile.context_width)
         if not positions:
             return result, []
@@ -273,6 +275,21 @@ class Decoder:
             cell = 0 if cells == 1 else int(cnt[w].argmax())
             out.append((pos, float(sc[w, cell, winners[cell]])))
         return result, out
+
+    def _multiplexed_token_evidence(self, ids: Sequence[int], version: str) -> list[tuple[int, float]]:
+        """Spec v5: the evidence each position level 1 read (under the hypothesis that explains the text) gives
+        the value the whole text supports; positions that carry a private level are not shown."""
+        table = next(t for t in self.tables[1] if t.version == version)
+        padded, lengths = self.pad([ids])
+        read = multiplexed.decide_level(
+            self, 1, [(table, multiplexed.text_evidence(self, padded, lengths, [ids], version, [(1, table)]), 0)])[0]
+        ev = multiplexed.text_evidence(self, padded, lengths, [ids], version, [(1, table)])[0]
+        keep = np.isin(ev.positions, np.asarray(read.positions, dtype=np.int64))
+        x = ev.x[0][keep]
+        if not len(x):
+            return []
+        winner = int(x.sum(0).argmax())
+        return [(int(p), float(v)) for p, v in zip(ev.positions[keep], x[:, winner], strict=True)]
 
     def _level_result(
         self, level: int, table: KeyTable, att: Attribution, seg_counts: list[int], ids: Sequence[int],

@@ -22,6 +22,7 @@ from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
 from verifier.secretfile import private_dir
 from verifier.settings import Settings
+from verifier.workslots import WorkSlots, auto_slots
 
 if TYPE_CHECKING:  # the decode machinery (torch) is imported by build_process, not by a CLI that only opens keys
     from verifier.jobs.drain import DrainContext
@@ -48,10 +49,11 @@ def open_store(settings: Settings, db: Database | None = None) -> DbKeyStore:
     the shared KEK) would wrap keys under a KEK no other process has (issue 52, N8)."""
     from verifier.jobs.kek_rotation import rotate_kek
     from verifier.keys.bootstrap import require_secrets
+    from verifier.lm import key_time_fingerprint
 
     db = db or open_database(settings, check=True)  # an unmigrated database is named first
     require_secrets(settings, log_key=False)
-    return DbKeyStore(db, make_kek_provider(settings), rekey=rotate_kek)
+    return DbKeyStore(db, make_kek_provider(settings), rekey=rotate_kek, fingerprint=key_time_fingerprint)
 
 
 def profile_lookup(*known: Profile) -> Callable[[str], Profile]:
@@ -101,6 +103,11 @@ class Process:
         self.db.dispose()
 
 
+def model_slots(settings: Settings) -> WorkSlots:
+    """This process's bound on model-aware decodes (HERO_MODEL_AWARE_CONCURRENCY, else sized from the host)."""
+    return WorkSlots(settings.model_aware_concurrency or auto_slots(), settings.model_aware_queue_seconds)
+
+
 def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] | None = None,
                   check: bool = False) -> Process:
     from verifier.lm import TokenizerCache
@@ -113,7 +120,7 @@ def build_process(settings: Settings, *, tokenizer_loader: Callable[[str], Any] 
     tokenizers = TokenizerCache(tokenizer_loader)
     return Process(settings=settings, db=db, store=store, policy=load_policy(settings.roles_file), profile=profile,
                    profiles=profile_lookup(profile), tokenizers=tokenizers,
-                   runner=Runner(store, tokenizers, settings.alpha,
+                   runner=Runner(store, tokenizers, settings.alpha, slots=model_slots(settings),
                                  scorer=model_aware_scorer(settings.model_aware, settings.worker_device,
                                                            deployment_sampling(settings),
                                                            settings.model_aware_statistic,

@@ -147,6 +147,10 @@ class Settings(BaseSettings):
     model_aware_max_request_tokens: int = Field(default=8192, ge=16)
     model_aware_batch_tokens: int = Field(default=4096, ge=256, le=1_048_576)
     model_aware_deadline_seconds: float = Field(default=120.0, gt=0, le=3600)
+    # Model-aware decodes at once per process (verifier/workslots.py; unset: one per two cores, within the available
+    # memory at 2 GiB each) and how long a request waits for one before 503 + Retry-After (nothing charged)
+    model_aware_concurrency: int | None = Field(default=None, ge=1, le=256)
+    model_aware_queue_seconds: float = Field(default=10.0, ge=0, le=600)
     # `expect`: distinct values one subject may ask about one text, per level (verify/expect.py; each answer is
     # corrected for the values asked so far; beyond the cap: 403, audited)
     expect_max_values: int = Field(default=16, ge=1, le=4096)

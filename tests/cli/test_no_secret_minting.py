@@ -16,6 +16,10 @@ from verifier.db import upgrade
 
 @pytest.fixture
 def production(hero_home: Path, tmp_path: Path, monkeypatch) -> Path:
+    import shutil
+
+    shutil.rmtree(hero_home / "kek")  # what tests/cli/conftest.py made: this host has no secrets
+    shutil.rmtree(hero_home / "log")
     url = f"sqlite:///{tmp_path / 'hero.db'}"
     upgrade(url)
     monkeypatch.setenv("HERO_DATABASE_URL", url)

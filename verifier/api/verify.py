@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -71,13 +72,15 @@ async def verify_each_expect(ctx: ServiceContext, p: Principal, texts: list[str]
                             for ev in refusal_events(p.actor, [t], expects[i], exc.status, grant.level)])
             raise
 
-    grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet)
     results: list[dict] = [{}] * len(texts)
-    for key, idx in groups.items():
-        out = await run_verify(ctx, p, DecodeJob(ctx.profile, tuple(texts[i] for i in idx), grant.level,
-                                                 ctx.settings.alpha, expect=asked[key]), receive)
-        for i, r in zip(idx, out, strict=True):
-            results[i] = r
+    async with model_slot(ctx):
+        grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet)
+        for key, idx in groups.items():
+            out = await run_verify(ctx, p, DecodeJob(ctx.profile, tuple(texts[i] for i in idx), grant.level,
+                                                     ctx.settings.alpha, expect=asked[key],
+                                                     slot_held=ctx.model_aware), receive)
+            for i, r in zip(idx, out, strict=True):
+                results[i] = r
     return results
 
 
@@ -118,9 +121,26 @@ async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_l
         nonlocal asked
         asked = vet_expect(ctx, p, texts, expect, grant.level)
 
-    grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet if expect else None)
-    return await run_verify(ctx, p, DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha,
-                                              expect=asked), receive)
+    async with model_slot(ctx):  # model-aware: a slot first (503 when none frees in time), then the charge
+        grant = await ctx.admit(p, texts, ctx.settings.max_texts, max_level, vet=vet if expect else None)
+        return await run_verify(ctx, p, DecodeJob(ctx.profile, tuple(texts), grant.level, ctx.settings.alpha,
+                                                  expect=asked, slot_held=ctx.model_aware), receive)
+
+
+@asynccontextmanager
+async def model_slot(ctx: ServiceContext) -> AsyncIterator[None]:
+    """With model-aware scoring, one of the process's slots (verifier/workslots.py) for the whole request, taken
+    before the quota is charged: a request answered 503 because every slot stayed busy costs the caller nothing.
+    Without it, nothing."""
+    if not ctx.model_aware:
+        yield
+        return
+    slots = ctx.runner.slots
+    await run_in_threadpool(slots.acquire)
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 async def run_verify(ctx: ServiceContext, p: Principal, job: DecodeJob,

@@ -11,6 +11,7 @@ least privilege holds, and spec or scoring changes are made here once.
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -27,6 +28,7 @@ from verifier.lm import TokenizerCache
 from verifier.verify.decode import TextNotDecodable, decode_material
 from verifier.verify.disclosure import shape
 from verifier.verify.expect import CORRECTION
+from verifier.workslots import Busy, WorkSlots, auto_slots
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class DecodeJob:
     token_ids: list[list[int]] | None = field(default=None, compare=False)  # tokenized already (the job drain)
     expect: tuple[tuple[int, int], ...] = ()  # (level, value) pairs asked about (`expect`), each <= level
     cancel: threading.Event | None = field(default=None, compare=False)  # set: stop (the caller left)
+    slot_held: bool = field(default=False, compare=False)  # the caller holds a model-aware slot already (the API)
 
     def __repr__(self) -> str:  # texts may be sensitive: never log them
         return f"DecodeJob(profile={self.profile.name!r}, texts={len(self.texts)}, level={self.level})"
@@ -84,8 +87,11 @@ class Runner:
     `MaterialCache`; a decoder for another device or alpha than the default is built once per cache entry."""
 
     def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA,
-                 scorer=None) -> None:
+                 scorer=None, slots: WorkSlots | None = None) -> None:
         self.store = store
+        # the process's bound on model-aware decodes (verifier/workslots.py): the API takes a slot before it charges
+        # the caller; a job's drain takes one here
+        self.slots = slots if slots is not None else WorkSlots(auto_slots(), 10.0)
         self.scorer = scorer  # model-aware scoring (HERO_MODEL_AWARE=1), None: model-free
         self.tokenizers = tokenizers
         self.alpha = alpha
@@ -127,9 +133,16 @@ class Runner:
         else:  # model-aware: the LM's run stops at its deadline, the caller's cancel or the process's shutdown
             deadline = Deadline(self.scorer.deadline_s, job.cancel, "model-aware scoring",
                                 "HERO_MODEL_AWARE_DEADLINE_SECONDS")
-            with running(deadline):
-                raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer,
-                                      job.device, decoder, scorer=self.scorer.bound(deadline))
+            with nullcontext() if job.slot_held else self.slots.hold(forever=True), running(deadline):
+                try:
+                    raw = decode_material(entry.material, job.profile, list(job.texts), job.alpha, tokenizer,
+                                          job.device, decoder, scorer=self.scorer.bound(deadline))
+                except MemoryError:  # never a 500: the host is short of memory now, not the request wrong
+                    raise Busy("model-aware scoring ran out of memory; retry later", 30) from None
+                except RuntimeError as exc:
+                    if "alloc" not in str(exc).lower():  # torch's "DefaultCPUAllocator: can't allocate ..."
+                        raise
+                    raise Busy("model-aware scoring ran out of memory; retry later", 30) from None
         results = [shape(r, job.level) for r in raw]
         if job.expect:
             assert ids is not None

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gpu", "verifier", "workers")
 
 BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
-        "verifier.secretfile", "verifier.db", "verifier.ratelimit", "verifier.tracing", "verifier.cancel")
+        "verifier.secretfile", "verifier.db", "verifier.ratelimit", "verifier.tracing", "verifier.cancel",
+        "verifier.workslots")
 SERVICES = ("audit", "keys", "auth", "verify", "jobs", "registry")
 # The composition roots: what builds a process's objects. Only the entry points (and, for the process builder,
 # the api layer) import them; nothing imports up into one.

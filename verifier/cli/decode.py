@@ -135,7 +135,7 @@ def cmd_decode(args: argparse.Namespace) -> None:
                              "says (or pass --local)")
         if args.profile:
             raise ValueError("--profile applies to a local decode; the service decodes with its deployment's "
-                             "profile (GET /readyz names it); pass --local to decode here with another profile")
+                             "profile (GET /v1/keys names it); pass --local to decode here with another profile")
         token = os.environ.get("HERO_TOKEN", "").strip()
         if not token:
             raise ValueError("HERO_URL is set but HERO_TOKEN is empty: export a bearer token (or pass --local)")

@@ -37,6 +37,12 @@ class DomainError(Exception):
         return text.splitlines()[0] if text else self.__class__.__name__
 
 
+class TokenizerMismatch(ValueError):
+    """The tokenizer a profile names is not the one its keys were made with (different fingerprint or a larger
+    vocabulary): decoding with it would score other token ids and report real watermarked text as human. Raised
+    by verifier.lm (the profile's own record) and, as a 409, by the key store (what it recorded at key time)."""
+
+
 class InvalidInput(DomainError):
     status = 422
 

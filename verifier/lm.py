@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from verifier.errors import TokenizerMismatch
 from verifier.resources import hero_home
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ __all__ = [
     "cache_dir",
     "cache_root",
     "check_profile_tokenizer",
+    "key_time_fingerprint",
+    "legacy_tokenizer_fingerprint",
     "load_model",
     "load_tokenizer",
     "model_names",
@@ -56,11 +59,6 @@ CONTEXT_LENGTHS: dict[str, int] = {"smollm2": 8192, "gemma3-270m": 32768}
 
 class ModelUnavailable(RuntimeError):
     """The package that ships a model's weights is not installed (the message says how to install)."""
-
-
-class TokenizerMismatch(ValueError):
-    """The tokenizer a profile names is not the one its keys were made with (different fingerprint or a larger
-    vocabulary): decoding with it would score other token ids and report real watermarked text as human."""
 
 
 @dataclass(frozen=True)
@@ -225,26 +223,107 @@ def _hub_snapshot(what: str, name: str, revision: str | None, patterns: list[str
 
 
 def tokenizer_fingerprint(name: str, revision: str | None = None) -> str:
-    """SHA-256 (hex) of the tokenizer's tokenizer.json, or of its vocabulary and merges files when it has none,
-    or (a built-in not converted yet) of its vocabulary as loaded. The same fingerprint means the same ids."""
+    """SHA-256 (hex) of the token ids a tokenizer defines, over its files as PARSED, never their bytes: RFC 8785
+    (JCS) JSON of tokenizer.json's model (type, vocabulary, merges as pairs) and added tokens; without a
+    tokenizer.json, of its vocabulary files (JSON ones parsed the same way, merges.txt and vocab.txt by their lines,
+    tokenizer.model byte for byte); a built-in not converted yet: of its vocabulary as loaded. A re-serialised but
+    identical tokenizer.json (other whitespace, key order or escaping) keeps its fingerprint; the same fingerprint
+    means the same ids. Memoised per file (path, size, modification time)."""
+    import hashlib
+
+    import rfc8785
+
+    folder = tokenizer_dir(name, revision)
+    if folder is not None and (folder / "tokenizer.json").is_file():
+        return _memo(folder / "tokenizer.json", lambda p: hashlib.sha256(
+            rfc8785.dumps(_token_ids_of(_read_json(p)))).hexdigest())
+    files = [f for f in _VOCAB_FILES if folder is not None and (folder / f).is_file()]
+    if files:
+        h = hashlib.sha256()
+        for f in files:
+            data = _vocab_file_bytes(folder / f)  # type: ignore[operator]
+            h.update(f"{f}\0{len(data)}\0".encode())
+            h.update(data)
+        return h.hexdigest()
+    vocab = load_tokenizer(name, revision).get_vocab()
+    return hashlib.sha256(rfc8785.dumps(sorted(([t, i] for t, i in vocab.items()), key=lambda kv: kv[1]))).hexdigest()
+
+
+def legacy_tokenizer_fingerprint(name: str, revision: str | None = None) -> str | None:
+    """The fingerprint profiles written before the parsed one recorded: SHA-256 of tokenizer.json's bytes (or of
+    the vocabulary files' bytes). Still accepted where a profile records it and the bytes are unchanged; None for
+    a tokenizer without files."""
     import hashlib
 
     folder = tokenizer_dir(name, revision)
     if folder is not None and (folder / "tokenizer.json").is_file():
-        return hashlib.sha256((folder / "tokenizer.json").read_bytes()).hexdigest()
-    h = hashlib.sha256()
+        return _memo(folder / "tokenizer.json", lambda p: hashlib.sha256(p.read_bytes()).hexdigest(), "raw")
     files = [f for f in _VOCAB_FILES if folder is not None and (folder / f).is_file()]
-    if files:
-        for f in files:
-            data = (folder / f).read_bytes()  # type: ignore[operator]
-            h.update(f"{f}\0{len(data)}\0".encode())
-            h.update(data)
-        return h.hexdigest()
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        data = (folder / f).read_bytes()  # type: ignore[operator]
+        h.update(f"{f}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+_FINGERPRINTS: dict[tuple, str] = {}
+_FINGERPRINTS_LOCK = threading.Lock()
+
+
+def _memo(path: Path, compute: Callable[[Path], str], kind: str = "parsed") -> str:
+    """`compute(path)`, once per (kind, path, size, modification time): a 30 MB tokenizer.json takes seconds to
+    parse and canonicalise, and every process checks it at start and after each key change."""
+    st = path.stat()
+    key = (kind, str(path.resolve()), st.st_size, st.st_mtime_ns)
+    with _FINGERPRINTS_LOCK:
+        if key in _FINGERPRINTS:
+            return _FINGERPRINTS[key]
+    digest = compute(path)
+    with _FINGERPRINTS_LOCK:
+        _FINGERPRINTS[key] = digest
+    return digest
+
+
+def _read_json(path: Path) -> Any:
     import json
 
-    vocab = load_tokenizer(name, revision).get_vocab()
-    h.update(json.dumps(sorted(vocab.items(), key=lambda kv: kv[1]), ensure_ascii=False).encode())
-    return h.hexdigest()
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _token_ids_of(data: Any) -> dict[str, Any]:
+    """What in a parsed tokenizer.json decides the ids: the model's type, vocabulary and merges (each a pair:
+    older files write "a b", newer ones ["a", "b"]), and the added tokens by id."""
+    model = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(model, dict):
+        raise ValueError("tokenizer.json has no 'model' mapping")
+    merges = model.get("merges")
+    if isinstance(merges, list):
+        merges = [m.split(" ", 1) if isinstance(m, str) else m for m in merges]
+    added = data.get("added_tokens") or []
+    return {"model": {"type": model.get("type"), "vocab": model.get("vocab"), "merges": merges},
+            "added_tokens": sorted(added, key=lambda t: t.get("id", -1) if isinstance(t, dict) else -1)}
+
+
+def _vocab_file_bytes(path: Path) -> bytes:
+    """A vocabulary file as fingerprinted: JSON parsed and canonicalised, text by its lines, binary as is."""
+    import rfc8785
+
+    if path.suffix == ".json":
+        return rfc8785.dumps(_read_json(path))
+    if path.suffix == ".txt":
+        return "\n".join(line.rstrip("\r") for line in path.read_text(encoding="utf-8").splitlines()).encode()
+    return path.read_bytes()
+
+
+def key_time_fingerprint(profile: Profile) -> str | None:
+    """The tokenizer fingerprint the key store records beside keys made for `profile`: None for a built-in, which
+    is pinned by its package's version (its vocabulary is the package's)."""
+    if is_builtin(profile.tokenizer):
+        return None
+    return tokenizer_fingerprint(profile.tokenizer, profile.tokenizer_revision)
 
 
 def tokenizer_vocab_size(tokenizer: Any) -> int | None:
@@ -263,11 +342,13 @@ def check_profile_tokenizer(profile: Profile, tokenizer: Any) -> None:
     """Refuse, in one line, a tokenizer that is not the one the profile's keys were made with."""
     if profile.tokenizer_fingerprint is not None:
         got = tokenizer_fingerprint(profile.tokenizer, profile.tokenizer_revision)
-        if got != profile.tokenizer_fingerprint:
+        if got != profile.tokenizer_fingerprint and (
+                legacy_tokenizer_fingerprint(profile.tokenizer, profile.tokenizer_revision)
+                != profile.tokenizer_fingerprint):
             raise TokenizerMismatch(
-                f"profile {profile.name!r}: tokenizer {profile.tokenizer!r} has fingerprint {got[:16]}, the "
-                f"profile's keys were made with {profile.tokenizer_fingerprint[:16]}; refusing to decode with a "
-                "different tokenizer (restore it, or pin its revision)"
+                f"profile {profile.name!r}: tokenizer {profile.tokenizer!r} has fingerprint {got}, the profile "
+                f"records {profile.tokenizer_fingerprint}; refusing to decode with a different tokenizer (restore "
+                "it, or pin its revision)"
             )
     size = tokenizer_vocab_size(tokenizer) if not is_builtin(profile.tokenizer) else None  # built-ins: measured
     if size is not None and size > profile.vocab_size:

@@ -25,7 +25,8 @@ def test_keys_init_prints_versions_never_key_material(capsys, hero_home):
         (1, "l1-v1", "active"),
         (2, "l2-v1", "active"),
     ]
-    assert set(out["versions"][0]) <= {"level", "version", "status", "created_at", "profile"}
+    assert set(out["versions"][0]) <= {"level", "version", "status", "created_at", "profile", "tokenizer_fingerprint",
+                                       "profile_digest"}
     code, _, err = run(capsys, "keys", "init")
     assert code != 0 and err.startswith("hero: error:") and "already" in err
 

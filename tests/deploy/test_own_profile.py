@@ -1,8 +1,8 @@
 """The worked example of docs/operations.md ("A provider's own profile in the cluster"), on what its pods would
 see: the profile from the rendered hero-profiles ConfigMap under HERO_PROFILES_DIR, HERO_PROFILE from hero-config,
 the tokenizer at the hero-tokenizers volume's mount path (a temporary directory stands for the volume). `hero keys
-init` and a decode to the exact user run unchanged; the same recipe with `hero profile new`'s fingerprint refuses
-a tokenizer whose ids were swapped."""
+init` and a decode to the exact user run unchanged; a tokenizer whose ids were swapped later is refused, for the
+hand-written profile (the key store pinned it at `hero keys init`) as for one `hero profile new` wrote."""
 
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ def test_the_own_profile_overlay_runs_keys_init_and_decodes_its_user(tmp_path, m
     profiles, name = _pods_view(tmp_path, monkeypatch)
     profile_file = yaml.safe_load((profiles / f"{name}.yaml").read_text())
     tok_dir = Path(profile_file["tokenizer"])
+    code, _, err = _cli(capsys, "kek", "init")  # the deployment's KEK, made once (docs/operations.md)
+    assert code == 0, err
     code, out, err = _cli(capsys, "keys", "init", "--profile", name)  # step 4
     assert code == 0 and out["profile"] == name, err
     with LocalHero(profile=name) as hero:
@@ -73,3 +75,7 @@ def test_the_own_profile_overlay_runs_keys_init_and_decodes_its_user(tmp_path, m
     with LocalHero(profile="pinned") as hero, pytest.raises(TokenizerMismatch) as refused:
         hero.decode([text], max_level=2)
     assert "\n" not in str(refused.value) and "fingerprint" in str(refused.value)
+    # the hand-written profile too: its keys were pinned by the key store at `hero keys init`
+    with LocalHero(profile=name) as hero, pytest.raises(TokenizerMismatch) as refused:
+        hero.decode([text], max_level=2)
+    assert "\n" not in str(refused.value) and "the keys were made with tokenizer fingerprint" in str(refused.value)

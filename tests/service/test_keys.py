@@ -65,7 +65,7 @@ def test_versions_and_lifecycle(svc):
     # Responses are metadata only.
     for v in listing["versions"]:
         assert set(v) == {"profile", "level", "version", "status", "created_at", "status_changed_at",
-                          "destroyed_at", "kek_id"}
+                          "destroyed_at", "kek_id", "tokenizer_fingerprint", "profile_digest"}
 
 
 def test_destroy_requires_confirmation_in_store(lite):

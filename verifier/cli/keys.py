@@ -88,7 +88,7 @@ def cmd_init(args: argparse.Namespace) -> None:
         if others and not args.profile:
             raise ValueError(f"this deployment already has keys for profile {', '.join(repr(p) for p in others)}; "
                              f"pass --profile to make keys for a second profile beside them")
-    profile = pin_tokenizer(name, resolve_profile(name))  # the tokenizer the keys are made with, recorded
+    profile = pin_tokenizer(name, resolve_profile(name))  # checked here; the key store records its fingerprint
     versions = store.initialize(profile, cli_actor())
     if others:
         print(f"hero: note: this deployment now has keys for profiles {', '.join([*others, profile.name])}; "

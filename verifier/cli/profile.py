@@ -1,10 +1,11 @@
 """`hero profile new` / `hero profile issue`: a deployment's own profiles under HERO_PROFILES_DIR (its tokenizer by
 hub id or local path; spec v4's issued model ids).
 
-The profile file records the tokenizer's fingerprint and vocabulary size. The file is where the fingerprint lives
-(not the key store) because the profile is what every decode path, worker and provider bundle already reads by
-name, so one check covers them all, and no database schema changes: a tokenizer whose fingerprint differs from
-the file's is refused in one line (verifier.lm.check_profile_tokenizer).
+The profile file records the tokenizer's fingerprint and vocabulary size, and a local tokenizer directory relative
+to the profiles folder (`./tok` or `../tokenizers/own`: the folder can move, e.g. into a ConfigMap mount). The key
+store records the fingerprint again whenever keys are made, by any command (verifier.keys.service: key-time
+pinning), so a hand-written profile without one is pinned too, and a profile file edited later cannot swap the
+tokenizer under existing keys. A tokenizer whose fingerprint differs from either record is refused in one line.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def cmd_new(args: argparse.Namespace) -> None:
     base = resolve_profile(args.source)
     data = base.to_dict()
     data["name"] = args.name
+    if base.tokenizer_written is not None:  # relative to the source's folder: to the copy's from now on
+        data["tokenizer"] = relative_tokenizer(Path(base.tokenizer), folder)
     if args.tokenizer is None and args.issued is None:
         raise ValueError("give --tokenizer (a profile on another tokenizer) or --issued (spec v4's issued values)")
     if args.tokenizer is not None:
@@ -87,7 +90,7 @@ def cmd_new(args: argparse.Namespace) -> None:
         if size is None:
             raise ValueError(f"tokenizer {args.tokenizer!r} does not report its vocabulary size")
         path = Path(args.tokenizer).expanduser()
-        data.update(tokenizer=str(path.resolve()) if path.is_dir() else args.tokenizer,
+        data.update(tokenizer=relative_tokenizer(path, folder) if path.is_dir() else args.tokenizer,
                     vocab_size=model_vocab_size(args.tokenizer, args.revision, size),
                     tokenizer_fingerprint=tokenizer_fingerprint(args.tokenizer, args.revision))
         data.pop("revision", None)
@@ -139,6 +142,8 @@ def issued_copy(base: Profile, name: str, values: list[int], field: str = "model
     target = deployment_profiles_dir() / f"{name}.yaml"
     data = base.to_dict()
     data["name"] = name
+    if base.tokenizer_written is not None:  # relative to the source's folder: to the copy's from now on
+        data["tokenizer"] = relative_tokenizer(Path(base.tokenizer), target.parent)
     _issued_level(data, field)["issued"] = sorted(set(values))
     if target.exists():
         from verifier.engine.profile import load_profile
@@ -182,23 +187,22 @@ def _write(target: Path, data: dict) -> Profile:
     return profile
 
 
-def pin_tokenizer(name: str, profile: Profile) -> Profile:
-    """At `hero keys init`: a profile on a tokenizer by hub id or path must match the fingerprint it records;
-    one that records none (written by hand) gets the current tokenizer's appended to its file, so the keys and
-    the tokenizer they were made with stay tied. Built-in tokenizers are pinned by their package version."""
-    from verifier.engine.profile import PROFILES_DIR, profile_path, resolve_profile
-    from verifier.lm import check_profile_tokenizer, is_builtin, load_tokenizer, tokenizer_fingerprint
+def relative_tokenizer(path: Path, folder: Path) -> str:
+    """A local tokenizer directory as a profile in `folder` writes it: relative to the folder, `./` or `../` first
+    (what marks a path rather than a hub id; verifier.engine.profile.load_profile resolves it)."""
+    import os
 
-    if is_builtin(profile.tokenizer):
-        return profile
-    tokenizer = load_tokenizer(profile.tokenizer, profile.tokenizer_revision)
-    if profile.tokenizer_fingerprint is None:
-        path = profile_path(name)
-        if path.resolve().is_relative_to(PROFILES_DIR.resolve()):
-            raise ValueError(f"profile {profile.name!r} is shipped without a tokenizer fingerprint")
-        digest = tokenizer_fingerprint(profile.tokenizer, profile.tokenizer_revision)
-        text = path.read_text()
-        path.write_text(f"{text}{'' if text.endswith(chr(10)) else chr(10)}tokenizer_fingerprint: {digest}\n")
-        profile = resolve_profile(name)
-    check_profile_tokenizer(profile, tokenizer)
+    rel = Path(os.path.relpath(path.resolve(), folder.resolve())).as_posix()
+    return rel if rel.startswith("../") else f"./{rel}"
+
+
+def pin_tokenizer(name: str, profile: Profile) -> Profile:
+    """At `hero keys init`: a profile on a tokenizer by hub id or path must match the fingerprint its file records
+    (when it records one) and fit its vocabulary. The profile file is never written (it may be a read-only
+    ConfigMap): the key store records the tokenizer's fingerprint beside the keys it makes. Built-in tokenizers
+    are pinned by their package version."""
+    from verifier.lm import check_profile_tokenizer, is_builtin, load_tokenizer
+
+    if not is_builtin(profile.tokenizer):
+        check_profile_tokenizer(profile, load_tokenizer(profile.tokenizer, profile.tokenizer_revision))
     return profile

@@ -128,6 +128,9 @@ class Profile:
     tokenizer_fingerprint: str | None = None
     multiplex: Multiplex | None = None  # spec v5: position-multiplexed levels (section 19)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # `tokenizer` as the file writes it when load_profile resolved it (a directory relative to the profile's
+    # folder, `./tok` or `../tokenizers/own`): what to_dict writes back, so the file and its digest stay put
+    tokenizer_written: str | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def depth(self) -> int:
@@ -181,7 +184,7 @@ class Profile:
             "vocab_size": self.vocab_size,
             "context_width": self.context_width,
             "segments": self.segments,
-            "tokenizer": self.tokenizer,
+            "tokenizer": self.tokenizer_written or self.tokenizer,
             **({"revision": self.tokenizer_revision} if self.tokenizer_revision is not None else {}),
             **({"tokenizer_fingerprint": self.tokenizer_fingerprint} if self.tokenizer_fingerprint else {}),
             "routing": self.routing,
@@ -198,6 +201,34 @@ class Profile:
                 for lv in self.levels
             ],
         }
+
+
+def profile_digest(profile: Profile) -> str:
+    """SHA-256 (hex) of the profile's definition as its file writes it (`to_dict`, the tokenizer as written) in RFC
+    8785 (JCS) canonical JSON: what the key store records beside keys made for it."""
+    import hashlib
+
+    import rfc8785
+
+    return hashlib.sha256(rfc8785.dumps(profile.to_dict())).hexdigest()
+
+
+# The keys a profile file may use at each level of its mapping (spec v5's `multiplex` checks its own): anything
+# else is refused, named, so a misspelt key (`tokeniser:`) never loads silently with the default it meant to change.
+TOP_KEYS = ("name", "spec_version", "vocab_size", "context_width", "segments", "tokenizer", "revision",
+            "tokenizer_fingerprint", "routing", "multiplex", "levels")
+LEVEL_KEYS = ("bits", "chunks", "encoding", "issued", "fields")
+FIELD_KEYS = ("name", "bits")
+
+
+def _known_keys(raw: dict[Any, Any], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(str(k) for k in raw if k not in allowed)
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (a profile's keys here: {', '.join(allowed)})"
+        raise ProfileError(f"{where}: unknown key {unknown[0]!r}{hint}")
 
 
 def _int(d: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -219,6 +250,7 @@ def _fields(raw_fields: Any, lw: str, where: str, seen: set[str]) -> tuple[Field
         fname = rf.get("name")
         if not isinstance(fname, str) or not _NAME_RE.match(fname):
             raise ProfileError(f"{lw}: field name {fname!r} must match {_NAME_RE.pattern}")
+        _known_keys(rf, FIELD_KEYS, f"{lw} field {fname!r}")
         if fname in seen:
             raise ProfileError(f"{where}: field {fname!r} is defined twice")
         seen.add(fname)
@@ -234,6 +266,7 @@ def _level(raw: Any, i: int, last: bool, segments: int, where: str, seen: set[st
     lw = f"{where} level {i}"
     if not isinstance(raw, dict):
         raise ProfileError(f"{lw}: must be a mapping")
+    _known_keys(raw, LEVEL_KEYS, lw)
     bits = _int(raw, "bits", lw)
     if not 1 <= bits <= 8:
         raise ProfileError(f"{lw}: bits must be in 1..8 (2^bits candidates are tried per segment)")
@@ -295,13 +328,15 @@ def _issued(raw: dict[str, Any], lw: str, encoding: str, value_bits: int, spec_v
 
 
 def profile_from_dict(data: dict[str, Any]) -> Profile:
-    """Build and validate a profile; every rule that decoding relies on is checked here."""
+    """Build and validate a profile; every rule that decoding relies on is checked here, and every key is one a
+    profile has (TOP_KEYS, LEVEL_KEYS, FIELD_KEYS, multiplex's three): an unknown one is refused, named."""
     if not isinstance(data, dict):
         raise ProfileError("profile must be a mapping")
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ProfileError("profile: missing 'name'")
     where = f"profile {name!r}"
+    _known_keys(data, TOP_KEYS, where)
     spec_version = _int(data, "spec_version", where, 1)
     if spec_version not in SPEC_VERSIONS:
         raise ProfileError(f"{where}: spec_version {spec_version} is not supported (this release implements 1-5)")
@@ -370,14 +405,26 @@ def _multiplex(data: dict[str, Any], where: str, spec_version: int, depth: int) 
     return Multiplex(front, front_public, public)
 
 
+RELATIVE_PREFIXES = ("./", "../")  # a tokenizer written so is a directory relative to the profile's folder
+
+
 def load_profile(path: str | Path) -> Profile:
+    """The profile in a YAML file. A `tokenizer:` starting with `./` or `../` is a directory relative to the file's
+    folder (so a deployment's profiles folder and its tokenizers move together): resolved here, written back as
+    written (`Profile.to_dict`)."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as exc:
         raise ProfileError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
-    return profile_from_dict(data)
+    profile = profile_from_dict(data)
+    if profile.tokenizer.startswith(RELATIVE_PREFIXES):
+        from dataclasses import replace
+
+        resolved = (Path(path).resolve().parent / profile.tokenizer).resolve()
+        profile = replace(profile, tokenizer=str(resolved), tokenizer_written=profile.tokenizer)
+    return profile
 
 
 PROFILES_DIR = project_root() / "policies" / "profiles"

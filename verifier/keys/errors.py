@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verifier.errors import Conflict, InvalidInput, NotFound
+from verifier.errors import Conflict, InvalidInput, NotFound, TokenizerMismatch
 
 
 class KeyStoreError(Conflict):
@@ -19,3 +19,7 @@ class KeyConflict(KeyStoreError):
 
 class KeyConfirmationMissing(KeyStoreError, InvalidInput):
     status = 422
+
+
+class KeyTokenizerMismatch(TokenizerMismatch, KeyConflict):
+    """The profile's tokenizer is not the one the key store recorded when the profile's keys were made."""

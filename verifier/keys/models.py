@@ -33,6 +33,12 @@ class KeyVersionRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     status_changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     destroyed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Recorded when the version is made (migration 0011; NULL on versions made before): the SHA-256 of the
+    # profile's tokenizer as parsed (verifier.lm.tokenizer_fingerprint; NULL for a built-in, pinned by its package
+    # version), which decoding with these keys must match, and the profile's digest (verifier.engine.profile.
+    # profile_digest) at that time.
+    tokenizer_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    profile_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class KeyEpochRow(Base):

@@ -14,6 +14,12 @@ class KeyVersionOut(BaseModel):
     status_changed_at: str | None
     destroyed_at: str | None
     kek_id: str | None = Field(description="id of the KEK wrapping this version's data key (null once destroyed)")
+    tokenizer_fingerprint: str | None = Field(
+        default=None, description="SHA-256 of the profile's tokenizer (as parsed) this version was made with; "
+                                  "decoding with another is refused (null: a built-in tokenizer, or made before "
+                                  "key-time pinning)")
+    profile_digest: str | None = Field(
+        default=None, description="SHA-256 of the profile's definition (RFC 8785 JSON) when this version was made")
 
 
 class KeyListOut(BaseModel):

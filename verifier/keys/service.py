@@ -18,11 +18,17 @@ from sqlalchemy.orm import Session
 from verifier.audit.service import Actor, AuditEvent, append_or_fail
 from verifier.db import Database
 from verifier.engine.keys import MASTER_SECRET_BYTES, KeySet, KeyTable, derive_level_table, new_master_secret
-from verifier.engine.profile import Profile
+from verifier.engine.profile import Profile, profile_digest
 from verifier.keys import repository as repo
 from verifier.keys.crypto import Sealed, associated_data, open_sealed, rewrap, seal
 from verifier.keys.decodable import VerificationMaterial, decodable_versions, iso
-from verifier.keys.errors import KeyConfirmationMissing, KeyConflict, KeyNotFound, KeyStoreError
+from verifier.keys.errors import (
+    KeyConfirmationMissing,
+    KeyConflict,
+    KeyNotFound,
+    KeyStoreError,
+    KeyTokenizerMismatch,
+)
 from verifier.keys.kek import KekError, KekProvider
 from verifier.keys.models import KeyVersionRow
 
@@ -33,6 +39,9 @@ STATUSES = ("active", "verify-only", "disabled", "destroyed")
 # (store, actor) -> summary. Re-wraps every data key the service holds (key rows and jobs: hence a hook the
 # composition root supplies, verifier.jobs.kek_rotation.rotate_kek) under a new KEK and retires the old ones.
 Rekey = Callable[["DbKeyStore", "Actor | None"], object]
+# profile -> the fingerprint of its tokenizer as parsed, None for a built-in (verifier.lm.key_time_fingerprint,
+# supplied by the composition root: the key layer does not read tokenizers).
+Fingerprint = Callable[[Profile], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -43,9 +52,12 @@ class VersionInfo:
     version: str
     status: str
     created_at: str
+    tokenizer_fingerprint: str | None = None  # key-time pins (None: a built-in tokenizer, or made before 0011)
+    profile_digest: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"level": self.level, "version": self.version, "status": self.status, "created_at": self.created_at}
+        return {"level": self.level, "version": self.version, "status": self.status, "created_at": self.created_at,
+                "tokenizer_fingerprint": self.tokenizer_fingerprint, "profile_digest": self.profile_digest}
 
 
 def _now() -> datetime:
@@ -65,11 +77,14 @@ def version_meta(row: KeyVersionRow) -> dict[str, object]:
         "status_changed_at": iso(row.status_changed_at),
         "destroyed_at": iso(row.destroyed_at),
         "kek_id": row.kek_id,
+        "tokenizer_fingerprint": row.tokenizer_fingerprint,
+        "profile_digest": row.profile_digest,
     }
 
 
 def _info(row: KeyVersionRow) -> VersionInfo:
-    return VersionInfo(row.level, row.version, row.status, iso(row.created_at) or "")
+    return VersionInfo(row.level, row.version, row.status, iso(row.created_at) or "", row.tokenizer_fingerprint,
+                       row.profile_digest)
 
 
 class DbKeyStore:
@@ -80,10 +95,12 @@ class DbKeyStore:
     event then commit together (no change without its audit record).
     """
 
-    def __init__(self, db: Database, kek: KekProvider, *, rekey: Rekey | None = None) -> None:
+    def __init__(self, db: Database, kek: KekProvider, *, rekey: Rekey | None = None,
+                 fingerprint: Fingerprint | None = None) -> None:
         self.db = db
         self.kek = kek
         self.rekey = rekey  # destroy's second half: new KEK, every data key re-wrapped, old KEKs retired
+        self.fingerprint = fingerprint  # key-time pinning: recorded on every version made, checked when decoding
 
     def __repr__(self) -> str:
         return f"DbKeyStore({self.db.dialect})"
@@ -112,7 +129,34 @@ class DbKeyStore:
             event = AuditEvent.of(actor, action, [level] if level else [], version)
             append_or_fail(s, [event])
 
-    def _add_version(self, s: Session, profile: Profile, level: int, now: datetime) -> KeyVersionRow:
+    # -- key-time pins: the tokenizer (and profile) every version is made with --------------------
+    def _tokenizer_now(self, profile: Profile) -> str | None:
+        return self.fingerprint(profile) if self.fingerprint is not None else None
+
+    def _check_tokenizer(self, profile: Profile, rows: list[KeyVersionRow], now: str | None = None,
+                         *, computed: bool = False) -> None:
+        """Refuse, in one line naming both fingerprints, a profile whose tokenizer is not the one the key store
+        recorded when these versions were made (versions from before migration 0011 recorded none)."""
+        pins = sorted({r.tokenizer_fingerprint for r in rows if r.tokenizer_fingerprint})
+        if not pins or self.fingerprint is None:
+            return
+        if not computed:
+            now = self._tokenizer_now(profile)
+        for want in pins:
+            if now != want:
+                raise KeyTokenizerMismatch(
+                    f"profile {profile.name!r}: tokenizer {profile.tokenizer!r} has fingerprint "
+                    f"{now or 'none (a built-in)'}, the keys were made with tokenizer fingerprint {want}; refusing "
+                    "a different tokenizer (restore the one the keys were made with, or pin its revision)")
+
+    def check_tokenizer(self, profile: Profile) -> None:
+        """The startup check of a process that decodes: the profile's tokenizer is the one its keys were made with."""
+        with self.db.session() as s:
+            rows = repo.list_versions(s, profile.name)
+        self._check_tokenizer(profile, rows)
+
+    def _add_version(self, s: Session, profile: Profile, level: int, now: datetime,
+                     tokenizer: str | None = None) -> KeyVersionRow:
         for r in repo.level_rows(s, profile.name, level, for_update=True):
             if r.status == "active":
                 r.status = "verify-only"
@@ -123,7 +167,8 @@ class DbKeyStore:
         row = KeyVersionRow(
             profile=profile.name, level=level, seq=seq, version=version, status="active",
             kek_id=sealed.kek_id, wrapped_dek=sealed.wrapped_dek, nonce=sealed.nonce, ciphertext=sealed.ciphertext,
-            created_at=now, status_changed_at=now,
+            created_at=now, status_changed_at=now, tokenizer_fingerprint=tokenizer,
+            profile_digest=profile_digest(profile),
         )
         s.add(row)
         s.flush()
@@ -131,15 +176,19 @@ class DbKeyStore:
         return row
 
     def initialize_rows(self, profile: Profile, actor: Actor | None = None) -> list[KeyVersionRow]:
-        """Version 1 of every level that has no version yet (also completes a half-initialised store)."""
+        """Version 1 of every level that has no version yet (also completes a half-initialised store), each
+        recording the profile's tokenizer fingerprint and digest."""
+        tokenizer = self._tokenizer_now(profile)  # before the transaction: parsing a tokenizer takes seconds
         try:
             with self.db.session() as s:
-                have = {r.level for r in repo.list_versions(s, profile.name)}
+                existing = repo.list_versions(s, profile.name)
+                have = {r.level for r in existing}
                 todo = [lv for lv in range(1, profile.depth + 1) if lv not in have]
                 if not todo:
                     raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead")
+                self._check_tokenizer(profile, existing, tokenizer, computed=True)
                 now = _now()
-                rows = [self._add_version(s, profile, lv, now) for lv in todo]
+                rows = [self._add_version(s, profile, lv, now, tokenizer) for lv in todo]
                 self._audit(s, actor, "keys.init", None, None)
         except IntegrityError:  # a concurrent initialisation won
             raise KeyConflict(f"keys for profile {profile.name!r} already exist; rotate a level instead") from None
@@ -158,6 +207,7 @@ class DbKeyStore:
         """New active version of `level`. Refused on a profile without keys: `init` creates every level."""
         if not 1 <= level <= profile.depth:
             raise KeyNotFound(f"level must be in 1..{profile.depth}")
+        tokenizer = self._tokenizer_now(profile)
         for _attempt in range(5):
             try:
                 with self.db.session() as s:
@@ -166,7 +216,8 @@ class DbKeyStore:
                             f"no keys for profile {profile.name!r} yet; run 'hero keys init' (POST /v1/keys/init) "
                             "to create every level"
                         )
-                    row = self._add_version(s, profile, level, _now())
+                    self._check_tokenizer(profile, repo.list_versions(s, profile.name), tokenizer, computed=True)
+                    row = self._add_version(s, profile, level, _now(), tokenizer)
                     self._audit(s, actor, "keys.rotate", level, row.version)
                 log.info("key rotated", extra={"profile": profile.name, "level": level, "version": row.version})
                 return row
@@ -203,6 +254,7 @@ class DbKeyStore:
             raise KeyStoreError(
                 f"no keys for profile {profile.name!r} yet; run 'hero keys init' or POST /v1/keys/init"
             )
+        self._check_tokenizer(profile, rows)  # once per key epoch and level (MaterialCache), memoised per file
         plan = decodable_versions(rows, level)
         tables = {lv: [self._table(profile, r) for r in usable] for lv, usable in plan.usable.items()}
         return VerificationMaterial(tables, plan.unavailable, plan.missing, plan.not_tried)

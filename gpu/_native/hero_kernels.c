@@ -1531,8 +1531,65 @@ static void philox_tile_generic(uint64_t s0, uint64_t s1, uint64_t blk, int64_t 
 FEXP_FN FAST_FN static void fast_log_avx2(double *p, int64_t n) { FLOG_BODY(MADD_FUSED) }
 FAST_FN static void fast_gumbel_avx2(const uint32_t *u, double *g, int64_t n) { FGUMBEL_BODY(avx2) }
 FEXP_FN FAST_FN static int64_t live_count_avx2(const double *dt, int64_t m, double thr) { LIVE_BODY }
-FEXP_FN FAST_FN static int64_t gumbel_filter_avx2(const double *dt, const uint32_t *words, int64_t m, double bm,
-                                                  double thr, double *keep) { FILTER_BODY(avx2) }
+/* AVX-512 (isa 'avx512'): eight blocks per vector, blocks blk .. blk + 8 n8 - 1 into out[0 .. 32 n8) */
+AVX512_FN static void philox_tile_avx512(uint64_t s0, uint64_t s1, uint64_t blk, int64_t n8, uint32_t *out) {
+    __m512i k0[10], k1[10];
+    uint32_t a = (uint32_t)s0, c = (uint32_t)(s0 >> 32);
+    for (int q = 0; q < 10; q++, a += 0x9E3779B9U, c += 0xBB67AE85U) {
+        k0[q] = _mm512_set1_epi64(a);
+        k1[q] = _mm512_set1_epi64(c);
+    }
+    const __m512i m32 = _mm512_set1_epi64(0xFFFFFFFFLL), M0 = _mm512_set1_epi64(0xD2511F53LL),
+                  M1 = _mm512_set1_epi64(0xCD9E8D57LL), c2i = _mm512_set1_epi64((uint32_t)s1),
+                  c3i = _mm512_set1_epi64((uint32_t)(s1 >> 32)), step = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
+                  ilo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), ihi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+    for (int64_t g = 0; g < n8; g++, blk += 8, out += 32) {
+        __m512i b8 = _mm512_add_epi64(_mm512_set1_epi64((long long)blk), step);
+        __m512i cc0 = b8, cc1 = _mm512_srli_epi64(b8, 32), cc2 = c2i, cc3 = c3i;
+        for (int q = 0; q < 10; q++) {
+            __m512i p0 = _mm512_mul_epu32(cc0, M0), p1 = _mm512_mul_epu32(cc2, M1);
+            cc0 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p1, 32), cc1), k0[q]);
+            cc2 = _mm512_xor_si512(_mm512_xor_si512(_mm512_srli_epi64(p0, 32), cc3), k1[q]);
+            cc1 = p1;
+            cc3 = p0;
+        }
+        __m512i A = _mm512_or_si512(_mm512_and_si512(cc0, m32), _mm512_slli_epi64(cc1, 32));
+        __m512i B = _mm512_or_si512(_mm512_and_si512(cc2, m32), _mm512_slli_epi64(cc3, 32));
+        _mm512_storeu_si512((void *)out, _mm512_permutex2var_epi64(A, ilo, B));
+        _mm512_storeu_si512((void *)(out + 16), _mm512_permutex2var_epi64(A, ihi, B));
+    }
+}
+/* AVX2 + FMA: the filter's exp in float32, eight lanes (exp8f_avx2, above: relative error < F32_ERROR after the
+ * argument's rounding to float; 0 below -87, where exp < 2^-33 <= 1 - U fails anyway), slack 1e-4 instead of 1e-6:
+ * still only ever keeps more tokens than the exact bound needs. */
+FAST_FN static int64_t gumbel_filter_avx2(const double *dt, const uint32_t *words, int64_t m, double bm, double thr,
+                                          double *keep) {
+    const __m256d vbm = _mm256_set1_pd(bm), vthr = _mm256_set1_pd(thr), zero = _mm256_setzero_pd(),
+                  half = _mm256_set1_pd(2147483647.5), scale = _mm256_set1_pd(1.0 / 4294967296.0),
+                  slack = _mm256_set1_pd(1.0 + 1e-4), one = _mm256_set1_pd(1.0);
+    const __m128i flip = _mm_set1_epi32((int)0x80000000u);
+    int64_t c = 0, i = 0;
+    for (; i + 8 <= m; i += 8) {
+        __m256d d0 = _mm256_loadu_pd(dt + i), d1 = _mm256_loadu_pd(dt + i + 4);
+        /* min(d - bm, 0): NaN -> 0 (max/min return the second operand on NaN), failed by thr */
+        __m256d t0 = _mm256_min_pd(_mm256_sub_pd(d0, vbm), zero), t1 = _mm256_min_pd(_mm256_sub_pd(d1, vbm), zero);
+        __m256 q = exp8f_avx2(_mm256_set_m128(_mm256_cvtpd_ps(t1), _mm256_cvtpd_ps(t0)));
+        __m256d q0 = _mm256_cvtps_pd(_mm256_castps256_ps128(q)), q1 = _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1));
+        __m128i w0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(words + i)), flip);
+        __m128i w1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(words + i + 4)), flip);
+        __m256d v0 = _mm256_mul_pd(_mm256_sub_pd(half, _mm256_cvtepi32_pd(w0)), scale);
+        __m256d v1 = _mm256_mul_pd(_mm256_sub_pd(half, _mm256_cvtepi32_pd(w1)), scale);
+        __m256d k0 = _mm256_and_pd(_mm256_cmp_pd(d0, vthr, _CMP_GE_OQ),
+                                   _mm256_cmp_pd(v0, _mm256_mul_pd(q0, slack), _CMP_LE_OQ));
+        __m256d k1 = _mm256_and_pd(_mm256_cmp_pd(d1, vthr, _CMP_GE_OQ),
+                                   _mm256_cmp_pd(v1, _mm256_mul_pd(q1, slack), _CMP_LE_OQ));
+        _mm256_storeu_pd(keep + i, _mm256_and_pd(k0, one));
+        _mm256_storeu_pd(keep + i + 4, _mm256_and_pd(k1, one));
+        c += __builtin_popcount((unsigned)_mm256_movemask_pd(k0)) + __builtin_popcount((unsigned)_mm256_movemask_pd(k1));
+    }
+    if (i < m) c += gumbel_filter_generic(dt + i, words + i, m - i, bm, thr, keep + i); /* the double bound */
+    return c;
+}
 /* AVX2: the round keys once per tile; products' high halves left unmasked where only their low 32 bits are read
  * again (vpmuludq reads the low half; the outputs are packed from the low halves) */
 FAST_FN static void philox_tile_avx2(uint64_t s0, uint64_t s1, uint64_t blk, int64_t n4, uint32_t *out) {
@@ -1590,7 +1647,12 @@ static int gumbel_max_fast(const Step *s, int64_t b, double mx, uint64_t s0, uin
              * a token reaches best - margin only if E = -log U <= exp(-(best - margin - d)), so only if 1 - U <= E <=
              * that (slack 1e-6 for fast_exp's 1e-14 and the roundings of d - best); once a good best is known most
              * tokens fail. An argument >= 0 (every token while best = -inf) passes every token (1 - U < 1). */
-            FAST_CALL(philox_tile, s0, s1, (uint64_t)j0 >> 2, (m + 15) >> 4, words);
+#if HERO_X86
+            if (isa->needs >= 2)
+                philox_tile_avx512(s0, s1, (uint64_t)j0 >> 2, (m + 31) >> 5, words);
+            else
+#endif
+                FAST_CALL(philox_tile, s0, s1, (uint64_t)j0 >> 2, (m + 15) >> 4, words);
             if (FAST_CALL(gumbel_filter, dt, words, m, best - margin, thr, q) == 0) continue;
             for (int64_t i = 0; i < m; i++) {
                 if (q[i] != 0.0) {

@@ -152,16 +152,20 @@ def test_fast_gumbel_meets_the_bound_its_margin_assumes():
         mod.isa(prev)
 
 
-def test_generic_path_draws_the_same():
-    """The portable build of the fast draw (no AVX2) gives the same tokens."""
+@pytest.mark.parametrize("path", ["generic", "avx2", "avx512"])
+def test_every_kernel_path_draws_the_same(path):
+    """The portable build of the fast draw (no AVX2), the AVX2 one and the AVX-512 Philox give the same tokens."""
     mod = cpu_kernel.load()
+    if path not in mod.isas():
+        pytest.skip(f"this CPU has no {path} path")
     _, _, fs, ctx, pay, gen = _setup(49152, 6, 8)
     logits = torch.randn(6, 49152, generator=torch.Generator().manual_seed(8)) * 2
     logits[1] = logits[1].masked_fill(logits[1] < logits[1].topk(50).values[-1], float("-inf"))
+    logits[3, 1001:] = float("-inf")  # a tile boundary mid-row, and a last tile not a multiple of 32
     want = _draws(fs, logits, ctx, pay, gen)["exact"]
     prev = mod.isa()
     try:
-        mod.isa("generic")
+        mod.isa(path)
         assert _check(fs, logits, ctx, pay, gen) == want
     finally:
         mod.isa(prev)

@@ -63,7 +63,7 @@ def test_expired_bundle_stops_watermarked_generation_and_a_refresh_resumes_it(tm
     keys = BundleKeys(tmp_path / "key", tmp_path / "bundle", url="http://127.0.0.1:9", token_file=tmp_path / "token",
                       refresh_s=3600, service_key_file=tmp_path / "service.vkey", provider_id=bundles.PROVIDER)
     try:
-        slots = RequestSlots(2, "cpu", keys.bundle)
+        slots = RequestSlots(2, "cpu", keys.bundle, stop_token=0)
         assert slots.add(0, {"model": 1, "user": 2})
         file_bundle = keys.bundle()
         # The clock passes the file bundle's expires_at (an hour from now).
@@ -172,7 +172,7 @@ def test_a_rotation_that_changes_the_shape_is_refused_at_refresh_and_the_bundle_
     profile, _, _, pk = _files(tmp_path)
     keys = _keys(tmp_path)  # the service is unreachable at start: the file bundle serves
     try:
-        slots = RequestSlots(3, "cpu", keys.bundle)
+        slots = RequestSlots(3, "cpu", keys.bundle, stop_token=0)
         assert slots.add(0, {"model": 1, "user": 2})
         service.offer(_wide(profile), make_keyset(_wide(profile)), pk, "wide")
         caplog.set_level(logging.WARNING, logger="hero.provider")
@@ -254,7 +254,7 @@ def test_slots_refuse_a_shape_change_from_a_source_that_lets_it_through():
 
     profile = v1_profile()
     current = [opened_bundle(profile, fixed_keyset(profile))]
-    slots = RequestSlots(2, "cpu", lambda: current[0])
+    slots = RequestSlots(2, "cpu", lambda: current[0], stop_token=0)
     assert slots.add(0, {"model": 1, "user": 2})
     wide = _wide(profile)
     current[0] = dataclasses.replace(opened_bundle(wide, fixed_keyset(wide)), bundle_id="other")

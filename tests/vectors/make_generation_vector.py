@@ -145,7 +145,7 @@ def _vllm_batch(plugin, profile) -> list[list[int]]:
     v = profile.vocab_size
     cfg = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=4), speculative_config=None)
     proc = plugin.HeroLogitsProcessor(cfg, torch.device("cpu"), False)
-    proc.generator = torch.Generator().manual_seed(SEED)
+    proc.slots.generator = torch.Generator().manual_seed(SEED)  # the seam draws with its generator
     prompts = prompt(4, v).tolist()
     outputs: list[list[int]] = [[], [], [], [int(x) for x in prompt(1, v, 4)[0] + 3]]
     rows = [0, 1, 2]  # request index per batch row

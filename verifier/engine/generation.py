@@ -10,7 +10,6 @@ backends' rule, written out in `verifier/engine/reference.py` `is_marked`.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,12 +21,17 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from gpu.opening import OPENING_NATS, OpeningGate
-from gpu.sampler import HeroSampler
+from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
+from verifier.engine.fused import context_tail, make_fused_sampler, make_sampler, new_generator, new_opening
 from verifier.engine.keys import KeySet
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import Profile
+
+# the fused step's builders live in verifier/engine/fused.py (no transformers); named here as before
+__all__ = ["Generation", "HeroLogitsProcessor", "WatermarkProcessor", "context_tail", "encode_prompts",
+           "generate_watermarked", "make_fused_sampler", "make_sampler", "make_warpers", "new_generator",
+           "new_opening"]
 
 
 def make_warpers(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> LogitsProcessorList:
@@ -41,48 +45,6 @@ def make_warpers(temperature: float = 1.0, top_k: int | None = None, top_p: floa
     if top_p is not None and top_p < 1.0:
         warpers.append(TopPLogitsWarper(top_p))
     return warpers
-
-
-def make_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = "cpu") -> HeroSampler:
-    """The profile's sampler with every level's key table on `device`."""
-    if keyset.levels != profile.depth:
-        raise ValueError(f"generation needs all {profile.depth} levels' keys, got {keyset.levels}")
-    return HeroSampler(
-        profile.schedule,
-        profile.segments,
-        [list(t.entries) for t in keyset.tables],
-        keyset.position,
-        torch.device(device),
-        stride=profile.routing_stride,
-        seed_keys=[t.level_key for t in keyset.tables],
-        multiplexed=profile.multiplex is not None,
-    )
-
-
-def make_fused_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = "cpu") -> FusedSampler:
-    """The fused step (gpu/step.py) of the profile with every level's key table on `device`: the one sampling
-    step of every generation path (`hero generate`, the SDK, `HeroWatermarkingConfig`, serving engines)."""
-    mx = profile.multiplex
-    return FusedSampler(make_sampler(profile, keyset, device), profile.context_width, profile.spec_version,
-                        None if mx is None else (mx.front_tokens, mx.front_public, mx.public))
-
-
-def new_opening(profile: Profile, rows: int, nats: float | None = None,
-                device: str | torch.device = "cpu") -> OpeningGate | None:
-    """The gated opening of `rows` responses (gpu/opening.py); None under spec v1 (every token marked)
-    or with `nats` = 0. Default: `OPENING_NATS`."""
-    nats = OPENING_NATS if nats is None else nats
-    if profile.spec_version < 2 or nats <= 0:
-        return None
-    return OpeningGate.new(rows, nats, device=device)
-
-
-def new_generator(device: str | torch.device = "cpu") -> torch.Generator:
-    """A generator seeded from the OS CSPRNG: the fresh randomness of unmarked tokens, unpredictable to anyone
-    (a fixed default seed would make every response's opening a function of the prompt)."""
-    g = torch.Generator(device=torch.device(device))
-    g.manual_seed(secrets.randbits(63))
-    return g
 
 
 class WatermarkProcessor(LogitsProcessor):
@@ -155,16 +117,6 @@ class HeroLogitsProcessor(WatermarkProcessor):
                          new_opening(profile, len(payloads), opening_nats, dev), warpers=warpers,
                          vocab_size=profile.vocab_size)
         self.profile = profile
-
-
-def context_tail(prompt, output, h: int) -> list[int]:
-    """The last h ids of prompt + output, left-padded with id 0 when there are fewer (a one-token prompt).
-    Only contexts of tokens g < h touch the prompt or the padding; spec v2+ draws those with fresh randomness
-    and a verifier never sees the prompt, so the padding never reaches a scored token."""
-    tail = list(output[-h:])
-    if len(tail) < h:
-        tail = list(prompt[max(0, len(prompt) - (h - len(tail))):]) + tail
-    return [0] * (h - len(tail)) + tail
 
 
 @dataclass

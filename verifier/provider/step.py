@@ -1,36 +1,41 @@
-"""The serving-engine seam: per-request watermark state in slots, for engines with continuous batching.
+"""The serving-engine seam: per-request watermark state in slots, for engines with continuous batching, and the
+serving policy over it: a request whose draw failed never gets unwatermarked text.
 
 vLLM's plugin (verifier/provider/vllm.py) is this module plus vLLM's translation; SGLang, TGI or llama.cpp
 bindings are the same plus theirs (docs/providers.md, "Other serving engines"). What an engine does:
 
-    keys = BundleKeys(private_key_file="/run/hero/x25519.key", bundle_file="/run/hero/bundle")
-    slots = RequestSlots(max_requests, device, keys.bundle)
-    # a request arrives in slot s (its payload from the request's extra arguments, in one place):
-    slots.add(s, parse_payload(request.extra), temperature=.., top_k=.., top_p=.., min_p=.., tokens=resumed_ids)
-    # each step, for the batch rows that carry a watermarked request (rows -> their slots):
-    slots.generated[slots_t] = tokens_each_request_has_drawn; slots.log.ensure(max_drawn + 1)
-    tokens, drawn = slots.draw(logits, rows_t, slots_t, slot_list, contexts, generator)
-    one_hot_rows(logits, rows_t[drawn], tokens[drawn])      # the engine's sampler then returns exactly them
+    keys = BundleKeys(private_key_file="/run/hero/x25519.key", bundle_file="/run/hero/bundle", service_key_file=..)
+    slots = RequestSlots(max_requests, device, keys.bundle, stop_token=tokenizer.eos_token_id, enforce=False)
+    # a request arrives in slot s (its payload from the request's extra arguments, read in one place):
+    slots.admit(s, request.extra, temperature=.., top_k=.., top_p=.., min_p=.., prompt=prompt_ids, tokens=resumed)
+    # each step, before the engine's sampler: row i of the logits holds the request in slot row_slots[i]
+    slots.step(logits, row_slots)      # drawn rows one-hot at their token, refused rows at stop_token, in place
+    # a request finished: slots.remove(s)
 
-What the slots hold: the request's payload, its warping parameters, tokens drawn so far, the log of continuation
-contexts already marked and its gated opening (gpu/opening.py), all in tensors on the device, indexed by slot so
-the engine's batch rows may move (`move`). `replay` re-logs a resumed request's contexts after preemption. The
-bundle is asked for at every `add`: a rotation applies to new requests, a running one keeps the key tables it
-started with. A rotation may change keys, never the profile's shape (`shape_change`): `BundleKeys` refuses such a
-bundle when it is fetched (one warning line) and keeps serving with the bundle it has until that one expires. The
-draw is `FusedSampler.step`, the one step of every generation path (gpu/step.py).
+What the slots hold: the request's payload, its warping parameters, its ids (contexts are built here:
+`context_tail`), tokens drawn so far, the log of continuation contexts already marked and its gated opening
+(gpu/opening.py), all in tensors on the device, indexed by slot so the engine's batch rows may move (`move`).
+A resumed request's ids are replayed into its log after preemption. The bundle is asked for at every `add`: a
+rotation applies to new requests, a running one keeps the key tables it started with. A rotation may change keys,
+never the profile's shape (`shape_change`): `BundleKeys` refuses such a bundle when it is fetched (one warning
+line) and keeps serving with the bundle it has until that one expires. The draw is `FusedSampler.step`, the one
+step of every generation path (gpu/step.py).
 
-Failure is per request: a payload or state that cannot be set up (`add`), or a draw that raises, leaves that
-request unwatermarked, logs the exception's type (never its text: it may quote a payload) and keeps the reason
-in `errors[slot]`; the other requests of the batch are drawn as usual. Admission (`validate_payload`) refuses
-bad payloads before they reach a slot.
+The serving policy is the seam's, so every engine on it gets it: a payload or state that cannot be set up
+(`add`), a malformed payload past admission (`admit`) or a draw that raises ends that request: it is never drawn
+again and its rows are forced to `stop_token` (the model's end-of-sequence id); the exception's type is logged
+(never its text: it may quote a payload) and kept in `errors[slot]`; the other requests of the batch are drawn as
+usual. In enforce mode a request without a payload (and a slot no request was added to) is ended the same way.
+Speculative decoding is refused at construction. Admission (`validate_payload`) refuses bad payloads before they
+reach a slot.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +44,14 @@ import torch
 from gpu import prf
 from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
-from verifier.engine.generation import make_fused_sampler, new_generator, new_opening
+from verifier.engine.fused import context_tail, make_fused_sampler, new_generator, new_opening
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import Profile
 from verifier.provider.bundle import BundleError, BundleExpired, GenerationBundle, open_bundle, service_keys
 from verifier.provider.refresh import token_subject
 
-__all__ = ["EXTRA_KEY", "GREEDY_EPS", "BundleKeys", "RequestSlots", "new_generator", "one_hot_rows", "parse_payload",
-           "profile_shape", "shape_change", "validate_payload"]
+__all__ = ["EXTRA_KEY", "GREEDY_EPS", "BundleKeys", "RequestSlots", "context_tail", "new_generator", "one_hot_rows",
+           "parse_payload", "profile_shape", "refuse_speculative", "shape_change", "validate_payload"]
 
 log = logging.getLogger("hero.provider.step")
 
@@ -203,17 +208,41 @@ class BundleKeys:
         return bundle
 
 
-class RequestSlots:
-    """Payloads, warping parameters, step counters, context logs and gated openings of up to `n` requests."""
+@dataclass
+class _Ids:
+    """A request's ids, for its contexts: the prompt's, and the output's (the engine's live list, read each step;
+    or the seam's own, to which it appends the tokens it forces)."""
 
-    def __init__(self, n: int, device: torch.device | str, bundles: Callable[[], GenerationBundle | None]) -> None:
+    prompt: list[int]
+    output: list[int]
+    own: bool
+
+
+class RequestSlots:
+    """Payloads, warping parameters, step counters, context logs and gated openings of up to `n` requests, and
+    the serving policy over them: which rows are drawn watermarked, which are ended (forced to `stop_token`).
+
+    `stop_token`: the model's end-of-sequence id, what a refused row is forced to. `enforce`: every request must
+    carry a payload (a slot given none, or never given a request, is refused). `speculative`: the engine runs
+    speculative decoding (refused here: draft tokens are not watermarked draws)."""
+
+    def __init__(self, n: int, device: torch.device | str, bundles: Callable[[], GenerationBundle | None], *,
+                 stop_token: int, enforce: bool = False, speculative: bool = False,
+                 generator: torch.Generator | None = None) -> None:
+        refuse_speculative(speculative)
+        if isinstance(stop_token, bool) or not isinstance(stop_token, int) or stop_token < 0:
+            raise ValueError("stop_token must be the model's end-of-sequence token id")
         self.n, self.device = n, torch.device(device)
+        self.stop_token, self.enforce = stop_token, bool(enforce)
         self._bundles = bundles
         self._lock = threading.Lock()
         self.sampler: FusedSampler | None = None
         self._bundle_id: str | None = None
         self.samplers: list[FusedSampler | None] = [None] * n  # the tables each request started with
         self.errors: dict[int, str] = {}  # slot -> why its request is not watermarked (exception type)
+        self.refused: list[bool] = [self.enforce] * n  # slot -> its rows are forced to stop_token
+        self._ids: list[_Ids | None] = [None] * n
+        self.generator = generator if generator is not None else new_generator(self.device)
         self.payload: torch.Tensor | None = None
         self.generated = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.log: ContextLog | None = None
@@ -226,7 +255,7 @@ class RequestSlots:
 
     def __repr__(self) -> str:  # never the key words
         marked = sum(s is not None for s in self.samplers)
-        return f"RequestSlots(n={self.n}, device={self.device}, watermarked={marked})"
+        return f"RequestSlots(n={self.n}, device={self.device}, watermarked={marked}, enforce={self.enforce})"
 
     def _current(self) -> FusedSampler:
         """The sampler of the bundle in force now (rebuilt when it rotates; the profile's shape may not change:
@@ -251,15 +280,36 @@ class RequestSlots:
                     self.opening = new_opening(profile, self.n, device=self.device)
             return self.sampler
 
+    # --- requests in and out ----------------------------------------------------------------------------
+
+    def admit(self, slot: int, extra: Mapping[str, Any] | None, **params: Any) -> bool:
+        """`add` from a request's extra arguments (`parse_payload`): a malformed payload that got past admission
+        ends its request (refused), never the batch. `params`: `add`'s keywords."""
+        try:
+            fields = parse_payload(extra)
+        except ValueError as exc:
+            self.remove(slot)
+            self.fail(slot, exc)
+            return False
+        return self.add(slot, fields, **params)
+
     def add(self, slot: int, fields: Mapping[str, int] | None, *, temperature: float = 1.0, top_k: int = 0,
-            top_p: float = 1.0, min_p: float = 0.0, tokens: list[int] | None = None) -> bool:
-        """(Re)initialise `slot` for a request; True when it is watermarked. `tokens`: output ids already
-        generated (a resumed request), whose continuation contexts are logged again. A request whose state
-        cannot be set up is left unwatermarked (False; the reason in `errors[slot]`), never the batch."""
-        self.samplers[slot] = None
-        self.errors.pop(slot, None)
+            top_p: float = 1.0, min_p: float = 0.0, tokens: Sequence[int] | None = None,
+            prompt: Sequence[int] | None = None, output: list[int] | None = None) -> bool:
+        """(Re)initialise `slot` for a request; True when it is watermarked. `fields` None: a plain request
+        (refused in enforce mode). A request whose state cannot be set up is refused (False; the reason in
+        `errors[slot]`), never the batch.
+
+        The ids its contexts are built from (`step` without `contexts`): `prompt`, and either `output`, the
+        engine's own live list of the request's output ids (read each step, never written), or `tokens`, the
+        output ids already generated, to which the seam appends each token it forces. A resumed request's ids
+        (in `output` or `tokens`) are replayed into its context log."""
+        self.remove(slot)
+        drawn = list(output if output is not None else tokens or [])
+        self._ids[slot] = _Ids(list(prompt or []), output if output is not None else drawn, output is None)
         if fields is None:
             return False
+        self.refused[slot] = False
         try:
             sampler = self._current()
             pay = encode_payload(self.profile, fields)
@@ -271,25 +321,39 @@ class RequestSlots:
                                    top_p=float(top_p or 1.0))
             self.min_p[slot], self.top_k[slot], self.top_p[slot] = (self.host[slot][k] for k in ("min_p", "top_k",
                                                                                                   "top_p"))
-            self.generated[slot] = 0
+            self.generated[slot] = len(drawn)
             self.log.counts[slot] = 0
             if self.opening is not None:  # a resumed request drew its opening before it was preempted
-                self.opening.reset([slot], opened=bool(tokens))
-            if tokens:
-                self.replay(slot, tokens)
+                self.opening.reset([slot], opened=bool(drawn))
+            if drawn:
+                self.replay(slot, drawn)
         except Exception as exc:
             self.fail(slot, exc)
             return False
         self.samplers[slot] = sampler
         return True
 
-    def fail(self, slot: int, exc: BaseException) -> None:
-        """Leave `slot`'s request unwatermarked from now on (its state is broken); only the type is logged."""
+    def remove(self, slot: int) -> None:
+        """The slot's request has finished: the slot is free (refused in enforce mode until a request comes)."""
         self.samplers[slot] = None
-        self.errors[slot] = type(exc).__name__
-        log.error("request slot %d left unwatermarked: %s", slot, type(exc).__name__)
+        self.errors.pop(slot, None)
+        self.refused[slot] = self.enforce
+        self._ids[slot] = None
 
-    def replay(self, slot: int, ids: list[int]) -> None:
+    def fail(self, slot: int, exc: BaseException) -> None:
+        """End `slot`'s request: its state is broken, so it is never drawn again and its rows are forced to
+        `stop_token` (no unwatermarked text leaves for a request that asked for a watermark). Only the exception's
+        type is logged (its text may quote a payload)."""
+        self.samplers[slot] = None
+        self.refused[slot] = True
+        self.errors[slot] = type(exc).__name__
+        log.error("request slot %d ended (refused): %s", slot, type(exc).__name__)
+
+    def watermarked(self, slot: int) -> bool:
+        """The slot's request is drawn watermarked."""
+        return self.samplers[slot] is not None
+
+    def replay(self, slot: int, ids: Sequence[int]) -> None:
         """Log the continuation contexts of output `ids` already drawn (token g >= h has context ids[g-h:g]): a
         request resumed after preemption marks no repeat of a context it marked before."""
         h = self.sampler.h
@@ -314,16 +378,90 @@ class RequestSlots:
         for t in tensors:
             t[dst] = t[idx]
         ea, eb = self.errors.pop(a, None), self.errors.pop(b, None)
+        host = (self.samplers, self.host, self.refused, self._ids)
         if swap:
-            self.samplers[a], self.samplers[b] = self.samplers[b], self.samplers[a]
-            self.host[a], self.host[b] = self.host[b], self.host[a]
+            for lst in host:
+                lst[a], lst[b] = lst[b], lst[a]
             if eb is not None:
                 self.errors[a] = eb
         else:
-            self.samplers[b], self.host[b] = self.samplers[a], self.host[a]
-            self.samplers[a] = None
+            for lst in host:
+                lst[b] = lst[a]
+            self.samplers[a], self.refused[a], self._ids[a] = None, self.enforce, None
         if ea is not None:
             self.errors[b] = ea
+
+    # --- one step ---------------------------------------------------------------------------------------
+
+    def contexts(self, slots: Sequence[int]) -> torch.Tensor:
+        """[R, h] int64 on the device: each slot's last h ids of prompt + output (`context_tail`), from the ids
+        given at `add`."""
+        h = self.sampler.h
+        rows = []
+        for s in slots:
+            ids = self._ids[s]
+            rows.append(context_tail(ids.prompt, ids.output, h) if ids is not None else [0] * h)
+        return torch.tensor(rows, dtype=torch.int64, device=self.device).reshape(len(rows), h)
+
+    def step(self, logits: torch.Tensor, slots: Sequence[int], *, contexts: torch.Tensor | None = None,
+             generated: torch.Tensor | Sequence[int] | None = None, capacity: int | None = None,
+             device_slots: torch.Tensor | None = None,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+        """The serving policy over one step's `logits` [R, V] (changed in place, and returned), row i holding
+        the request in slot `slots[i]`: a watermarked request's row is drawn and forced to its token; a refused
+        request's row (enforce mode without a payload, a failed set-up, a draw that raised: `errors`) is forced
+        to `stop_token`, so no unwatermarked text leaves for it; a plain request's row is left as it is.
+
+        Contexts: by default built from the ids given at `add` (and the tokens forced here, when the seam keeps
+        the output). An engine with its own token history on the device gives `contexts` [R, h] int64 and
+        `generated` [R] (tokens each row's request has drawn), and `capacity`, a host bound on the most
+        tokens any row has drawn + 1 (else read from `generated`). `device_slots`: `slots` on the device already."""
+        slots = [int(s) for s in slots]
+        if logits.shape[0] != len(slots):
+            raise ValueError(f"{logits.shape[0]} logits rows but {len(slots)} slots")
+        marked = [i for i, s in enumerate(slots) if self.samplers[s] is not None]
+        every = len(marked) == len(slots)
+        if marked:
+            ms = [slots[i] for i in marked]
+            sel = None if every else torch.tensor(marked, device=logits.device)
+            own = contexts is None
+            if own:
+                ctx = self.contexts(ms)
+                gen: torch.Tensor | Sequence[int] = [len(self._ids[s].output) for s in ms]
+            else:
+                if generated is None:
+                    raise ValueError("give `generated` with `contexts`")
+                ctx = contexts if every else contexts[sel.to(contexts.device)]
+                gen = generated if every or not isinstance(generated, torch.Tensor) else \
+                    generated[sel.to(generated.device)]
+                if not isinstance(gen, torch.Tensor) and not every:
+                    gen = [gen[i] for i in marked]
+            dslots = device_slots if every else None
+            tokens, drawn = self.draw(logits if every else logits[sel], ms, ctx, gen, generator,
+                                      capacity=capacity, device_slots=dslots)
+            tokens = tokens.to(logits.device)
+            if every and not self.errors.keys() & set(ms):  # the usual case: every row drawn
+                one_hot_rows(logits, None, tokens, every_row=True)
+                if own:
+                    self._record(ms, tokens)
+                return logits
+            keep = drawn.to(logits.device)
+            rows = torch.arange(len(slots), device=logits.device) if every else sel
+            one_hot_rows(logits, rows[keep], tokens[keep])
+            if own:
+                self._record([s for s, k in zip(ms, drawn.tolist(), strict=True) if k], tokens[keep])
+        refused = [i for i, s in enumerate(slots) if self.refused[s]]
+        if refused:
+            rows = torch.tensor(refused, device=logits.device)
+            one_hot_rows(logits, rows, torch.full((len(refused),), self.stop_token, device=logits.device))
+        return logits
+
+    def _record(self, slots: list[int], tokens: torch.Tensor) -> None:
+        """Append the forced tokens to the outputs the seam keeps (not an engine's live list)."""
+        for s, t in zip(slots, tokens.tolist(), strict=True):
+            ids = self._ids[s]
+            if ids is not None and ids.own:
+                ids.output.append(t)
 
     def warp(self, logits: torch.Tensor, slots: torch.Tensor, host_slots: list[int]) -> torch.Tensor:
         """vLLM's order: temperature, min_p, top-k, top-p; per row (slot) parameters. Rows that need none of
@@ -349,40 +487,61 @@ class RequestSlots:
             x = torch.full_like(x, float("-inf")).scatter_(1, idx, vals)
         return x
 
-    def draw(self, logits: torch.Tensor, rows: torch.Tensor, slots: torch.Tensor, host_slots: list[int],
-             contexts: torch.Tensor, generator: torch.Generator | None,
-             every_row: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """(token ids, drawn) for `rows` of `logits` (request state at `slots`), grouped by the tables each
-        request uses; `drawn` [R] bool: False for an unwatermarked request's row (keep its logits) and for the
-        rows of a group whose draw raised (their requests are failed: `errors`). `every_row`: the caller knows
-        `rows` is every row of `logits` in order (no gather copy)."""
-        out = torch.zeros(len(host_slots), dtype=torch.int64, device=logits.device)
-        drawn = torch.zeros(len(host_slots), dtype=torch.bool, device=logits.device)
+    def draw(self, logits: torch.Tensor, slots: Sequence[int], contexts: torch.Tensor,
+             generated: torch.Tensor | Sequence[int], generator: torch.Generator | None = None, *,
+             capacity: int | None = None,
+             device_slots: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, drawn) for the rows of `logits` [R, V], row i the request in slot `slots[i]` at
+        `contexts[i]` having drawn `generated[i]` tokens; grouped by the tables each request uses. `drawn` [R]
+        bool: False for an unwatermarked request's row and for the rows of a group whose draw raised (their
+        requests are failed: `errors`, refused). The draw alone: `step` applies the serving policy around it."""
+        slots = [int(s) for s in slots]
+        dslots = device_slots if device_slots is not None else torch.tensor(slots, dtype=torch.int64,
+                                                                            device=self.device)
+        out = torch.zeros(len(slots), dtype=torch.int64, device=logits.device)
+        drawn = torch.zeros(len(slots), dtype=torch.bool, device=logits.device)
         groups: dict[int, list[int]] = {}
-        for i, s in enumerate(host_slots):
+        for i, s in enumerate(slots):
             groups.setdefault(id(self.samplers[s]), []).append(i)
-        warped = self.warp(logits if every_row else logits[rows], slots, host_slots)
+        if all(self.samplers[slots[m[0]]] is None for m in groups.values()):
+            return out, drawn
+        gen = generated if isinstance(generated, torch.Tensor) else torch.tensor(list(generated), dtype=torch.int64)
+        gen = gen.to(self.device, torch.int64)
+        if capacity is None:
+            capacity = (int(gen.max()) if gen.numel() else 0) + 1
+        self.generated[dslots] = gen
+        self.log.ensure(capacity)
+        warped = self.warp(logits, dslots, slots)
         for members in groups.values():
-            sampler = self.samplers[host_slots[members[0]]]
+            sampler = self.samplers[slots[members[0]]]
             if sampler is None:  # unwatermarked rows: the caller keeps their logits
                 continue
             try:
                 if len(groups) == 1:
-                    out = sampler.step(warped, contexts, self.payload, self.generated, self.log, generator,
-                                       slots=slots, opening=self.opening)
+                    out = sampler.step(warped, contexts, self.payload, self.generated, self.log, generator or
+                                       self.generator, slots=dslots, opening=self.opening)
                     drawn[:] = True
                     break
                 sel = torch.tensor(members, device=logits.device)
-                out[sel] = sampler.step(warped[sel], contexts[sel], self.payload, self.generated, self.log,
-                                        generator, slots=slots[sel], opening=self.opening)
+                out[sel] = sampler.step(warped[sel], contexts[sel.to(contexts.device)], self.payload, self.generated,
+                                        self.log, generator or self.generator, slots=dslots[sel.to(dslots.device)],
+                                        opening=self.opening)
                 drawn[sel] = True
             except Exception as exc:  # confined to this group's requests
                 for i in members:
-                    self.fail(host_slots[i], exc)
+                    self.fail(slots[i], exc)
         return out, drawn
 
 
-def one_hot_rows(logits: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor, every_row: bool = False) -> None:
+def refuse_speculative(speculative: bool) -> None:
+    """Engine start: speculative decoding is refused (draft tokens are not watermarked draws)."""
+    if speculative:
+        raise ValueError("the HeRo watermark does not support speculative decoding (draft tokens are not "
+                         "watermarked draws); turn it off on engines that serve watermarked requests")
+
+
+def one_hot_rows(logits: torch.Tensor, rows: torch.Tensor | None, tokens: torch.Tensor,
+                 every_row: bool = False) -> None:
     """Force `tokens` at `rows` of `logits` in place: 0 at the token, -inf elsewhere (the engine's own sampler
     then returns exactly them)."""
     if every_row:  # in place, as transformers' processors do: no index_put over [B, V]

@@ -26,8 +26,10 @@ top_k and top_p first (vLLM's order) and draws from that distribution; vLLM's la
 unchanged. Requests keep the key tables they started with across a bundle rotation. Greedy requests (temperature
 0) cannot carry a watermark (refused); speculative decoding is refused (draft tokens are not watermarked draws).
 
-Everything engine-neutral (slot state, bundle refresh, warp order, replay after preemption, the payload parser) is
-the public seam `verifier/provider/step.py`; this module only translates vLLM's calls and batch layout to it.
+Everything engine-neutral (slot state, bundle refresh, warp order, replay after preemption, the payload parser,
+context building, and the serving policy: enforce mode, refused rows forced to EOS, a failed draw ending its
+request, speculative decoding refused) is the public seam `verifier/provider/step.py`; this module only
+translates vLLM's calls, configuration and batch layout to it.
 
 Two runners, two implementations, one registered class (`HeroLogitsProcessor`): vLLM's MRV2 loader accepts only
 subclasses of its V2 base class, the legacy loader only calls the constructor, so the registered class is the
@@ -51,13 +53,12 @@ try:  # Model Runner V2 (vLLM >= 0.32)
 except ImportError:  # pragma: no cover - older vLLM: the legacy runner only
     V2LogitsProcessor = V1LogitsProcessor  # type: ignore[misc,assignment]
 
-from verifier.engine.generation import context_tail, new_generator
 from verifier.provider.step import (
     EXTRA_KEY,
     BundleKeys,
     RequestSlots,
-    one_hot_rows,
     parse_payload,
+    refuse_speculative,
     validate_payload,
 )
 
@@ -126,18 +127,10 @@ def validate_request(sampling_params: Any) -> None:
                      f"{ENV_BUNDLE} / {ENV_KEY}")
 
 
-def _add(slots: RequestSlots, slot: int, sp: Any, tokens: list[int] | None = None) -> bool:
-    """vLLM's SamplingParams -> the seam's `add` (a bad payload leaves only this request unwatermarked)."""
-    try:
-        fields = payload_of(sp)
-    except ValueError as exc:
-        slots.fail(slot, exc)
-        return False
-    if fields is None:
-        slots.add(slot, None)
-        return False
-    return slots.add(slot, fields, temperature=float(sp.temperature), top_k=int(sp.top_k or 0),
-                     top_p=float(sp.top_p or 1.0), min_p=float(sp.min_p or 0.0), tokens=tokens)
+def _params(sp: Any) -> dict[str, Any]:
+    """vLLM's SamplingParams -> the seam's warping keywords."""
+    return dict(temperature=float(sp.temperature), top_k=int(sp.top_k or 0), top_p=float(sp.top_p or 1.0),
+                min_p=float(sp.min_p or 0.0))
 
 
 def _stop_token(vllm_config: Any) -> int:
@@ -152,34 +145,24 @@ def _stop_token(vllm_config: Any) -> int:
     return 0
 
 
-def _engine_start(vllm_config: Any) -> tuple[bool, int]:
-    """At engine start: refuse speculative decoding, build this process's keys once (a misconfigured bundle stops
-    the engine here, not in a step), and read enforce mode. (enforce, the id a refused row is forced to)"""
-    _refuse_speculative(vllm_config)
+def _slots(vllm_config: Any, n: int, device: torch.device) -> RequestSlots:
+    """At engine start: the seam's slots with this engine's policy (speculative decoding refused first, then this
+    process's keys built once: a misconfigured bundle stops the engine here, not in a step; enforce mode; the
+    model's end-of-sequence id for refused rows)."""
+    refuse_speculative(getattr(vllm_config, "speculative_config", None) is not None)
     keys()
-    return enforced(), _stop_token(vllm_config)
-
-
-def _refuse_speculative(vllm_config: Any) -> None:
-    if getattr(vllm_config, "speculative_config", None) is not None:
-        raise ValueError("the HeRo watermark does not support speculative decoding (draft tokens are not "
-                         "watermarked draws); turn it off on engines that serve watermarked requests")
+    return RequestSlots(n, device, _bundle, stop_token=_stop_token(vllm_config), enforce=enforced())
 
 
 # --- legacy V1 model runner ---------------------------------------------------------------------------------
 
 
 class HeroV1LogitsProcessor(V1LogitsProcessor):
-    """Legacy V1 runner: rows are batch indices; `update_state` adds, removes and moves them."""
+    """Legacy V1 runner: rows are batch indices (the seam's slots); `update_state` adds, removes and moves them."""
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
-        self.enforce, self.stop_token = _engine_start(vllm_config)
-        self.refused: set[int] = set()  # enforce mode: rows of requests that are not watermarked (forced to EOS)
         self.device = torch.device(device)
-        n = int(vllm_config.scheduler_config.max_num_seqs)
-        self.slots = RequestSlots(n, self.device, _bundle)
-        self.reqs: dict[int, tuple[list[int], list[int]]] = {}  # row -> (prompt ids, live output ids)
-        self.generator = new_generator(self.device)
+        self.slots = _slots(vllm_config, int(vllm_config.scheduler_config.max_num_seqs), self.device)
 
     @classmethod
     def validate_params(cls, sampling_params: Any) -> None:
@@ -192,76 +175,16 @@ class HeroV1LogitsProcessor(V1LogitsProcessor):
         if batch_update is None:
             return
         for row in batch_update.removed:
-            self.reqs.pop(row, None)
-            self.slots.errors.pop(row, None)
-            self.refused.discard(row)
-        for row, sp, prompt, output in batch_update.added:
-            self.reqs.pop(row, None)
-            self.refused.discard(row)
-            if _add(self.slots, row, sp, list(output) if output else None):
-                if prompt is None:  # prompt embeddings: no ids to take contexts from
-                    self.slots.fail(row, ValueError("a watermarked request needs prompt token ids"))
-                    self.refused.add(row)  # its payload asked for a watermark it cannot get: no text
-                    continue
-                self.reqs[row] = (prompt, output)
-            elif self.enforce or row in self.slots.errors:
-                self.refused.add(row)
+            self.slots.remove(row)
+        for row, sp, prompt, output in batch_update.added:  # output: vLLM's live list of the request's ids
+            if self.slots.admit(row, getattr(sp, "extra_args", None), **_params(sp), prompt=prompt,
+                                output=output) and prompt is None:  # prompt embeddings: no ids for contexts
+                self.slots.fail(row, ValueError("a watermarked request needs prompt token ids"))
         for a, b, direction in batch_update.moved:
-            swap = direction == MoveDirectionality.SWAP
-            ra_, rb_ = a in self.refused, b in self.refused
-            self.refused.discard(a)
-            self.refused.discard(b)
-            if ra_:
-                self.refused.add(b)
-            if swap and rb_:
-                self.refused.add(a)
-            self.slots.move(a, b, swap)
-            ra, rb = self.reqs.pop(a, None), self.reqs.pop(b, None)
-            if ra is not None:
-                self.reqs[b] = ra
-            if swap and rb is not None:
-                self.reqs[a] = rb
+            self.slots.move(a, b, direction == MoveDirectionality.SWAP)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        if self.refused:
-            self._refuse_rows(logits)
-        if not self.reqs:
-            return logits
-        rows = sorted(r for r in self.reqs if r < logits.shape[0])
-        if not rows:
-            return logits
-        h = self.slots.sampler.h
-        ctx, gen = [], []
-        for r in rows:
-            prompt, output = self.reqs[r]
-            ctx.append(context_tail(prompt, output, h))
-            gen.append(len(output))
-        rows_t = torch.tensor(rows, device=logits.device)
-        self.slots.generated[rows_t] = torch.tensor(gen, device=self.device)
-        self.slots.log.ensure(max(gen) + 1)
-        contexts = torch.tensor(ctx, dtype=torch.int64, device=self.device)
-        every = rows == list(range(logits.shape[0]))  # the usual case: every row watermarked
-        tokens, drawn = self.slots.draw(logits, rows_t, rows_t, rows, contexts, self.generator, every_row=every)
-        tokens = tokens.to(logits.device)
-        failed = [r for r in rows if r in self.slots.errors]  # a draw that raised: served unwatermarked from now on
-        if not failed:
-            one_hot_rows(logits, rows_t, tokens, every_row=every)
-            return logits
-        for r in failed:
-            self.reqs.pop(r, None)
-            self.refused.add(r)  # a watermarked request whose draw failed ends here, never continues unmarked
-        keep = drawn.to(logits.device)
-        one_hot_rows(logits, rows_t[keep], tokens[keep])
-        self._refuse_rows(logits)
-        return logits
-
-    def _refuse_rows(self, logits: torch.Tensor) -> None:
-        """Rows the engine refuses (enforce mode without a payload; a watermarked request whose state failed):
-        forced to the end-of-sequence id, so no unwatermarked model text leaves the engine."""
-        rows = [r for r in self.refused if r < logits.shape[0]]
-        if rows:
-            rows_t = torch.tensor(rows, device=logits.device)
-            one_hot_rows(logits, rows_t, torch.full((len(rows),), self.stop_token, device=logits.device))
+        return self.slots.step(logits, range(logits.shape[0]))
 
 
 # --- Model Runner V2 (written against its interface; untested here: it needs a GPU) ------------------------
@@ -273,16 +196,9 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
     token history, so a step needs no host sync."""
 
     def __init__(self, vllm_config: Any, req_states: Any) -> None:
-        self.enforce, self.stop_token = _engine_start(vllm_config)
         self.req_states = req_states
         self.device = torch.device(req_states.device)
-        n = int(req_states.max_num_reqs)
-        self.slots = RequestSlots(n, self.device, _bundle)
-        self.watermarked = torch.zeros(n, dtype=torch.bool, device=self.device)
-        self.host_marked = [False] * n
-        self.refused = torch.zeros(n, dtype=torch.bool, device=self.device)  # forced to EOS (see V1)
-        self.host_refused = [False] * n
-        self.generator = new_generator(self.device)
+        self.slots = _slots(vllm_config, int(req_states.max_num_reqs), self.device)
 
     @classmethod
     def validate_params(cls, sampling_params: Any) -> None:
@@ -292,22 +208,13 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
         return False
 
     def add_request(self, req_idx: int, sampling_params: Any) -> bool:
-        marked = _add(self.slots, req_idx, sampling_params)
-        self.watermarked[req_idx] = marked
-        self.host_marked[req_idx] = marked
-        refused = not marked and (self.enforce or req_idx in self.slots.errors)
-        self.refused[req_idx] = refused
-        self.host_refused[req_idx] = refused
-        return marked
+        # resumed requests keep their history in req_states: contexts are read there, the opening counts as drawn
+        return self.slots.admit(req_idx, getattr(sampling_params, "extra_args", None), **_params(sampling_params))
 
     def apply(self, logits: torch.Tensor, ctx: Any) -> torch.Tensor:
-        if not any(self.host_marked[int(s)] for s in ctx.idx_mapping_np):
-            if any(self.host_refused[int(s)] for s in ctx.idx_mapping_np):
-                refused = self.refused[ctx.expanded_idx_mapping.to(torch.int64)]
-                stop = torch.full_like(logits, float("-inf"))
-                stop[:, self.stop_token] = 0.0
-                return torch.where(refused.unsqueeze(1), stop, logits)
-            return logits
+        host_slots = [int(s) for s in ctx.idx_mapping_np]  # no spec decode: one row per request
+        if not any(self.slots.watermarked(s) for s in host_slots):
+            return self.slots.step(logits, host_slots)  # refused rows only, if any
         h = self.slots.sampler.h
         slots = ctx.expanded_idx_mapping.to(torch.int64)
         pos = ctx.pos.to(torch.int64)  # position of the token fed; the sampled token goes to pos + 1
@@ -318,22 +225,9 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
         contexts[:, -1] = ctx.input_ids.to(torch.int64)
         prompt_len = self.req_states.prompt_len.gpu if hasattr(self.req_states.prompt_len, "gpu") \
             else self.req_states.prompt_len
-        self.slots.generated[slots] = pos + 1 - prompt_len[slots].to(torch.int64)
-        self.slots.log.ensure(int(ctx.seq_lens_upper_bound_np.max()) + 1)
-        rows = torch.arange(logits.shape[0], device=logits.device)
-        host_slots = [int(s) for s in ctx.idx_mapping_np]  # no spec decode: one row per request
-        tokens, _ = self.slots.draw(logits, rows, slots, host_slots, contexts, self.generator, every_row=True)
-        for s in host_slots:
-            if self.host_marked[s] and s in self.slots.errors:  # its draw failed: the request ends (EOS)
-                self.host_marked[s] = False
-                self.watermarked[s] = False
-                self.host_refused[s] = True
-                self.refused[s] = True
-        keep = self.watermarked[slots]
-        refused = self.refused[slots]
-        tokens = torch.where(refused, torch.full_like(tokens, self.stop_token), tokens)
-        onehot = torch.full_like(logits, float("-inf")).scatter_(1, tokens.unsqueeze(1), 0.0)
-        return torch.where((keep | refused).unsqueeze(1), onehot, logits)
+        generated = pos + 1 - prompt_len[slots].to(torch.int64)
+        return self.slots.step(logits, host_slots, contexts=contexts, generated=generated,
+                               capacity=int(ctx.seq_lens_upper_bound_np.max()) + 1, device_slots=slots)
 
 
 class HeroLogitsProcessor(HeroV2LogitsProcessor):

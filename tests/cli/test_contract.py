@@ -88,7 +88,7 @@ def test_subprocess_error_has_no_traceback(tmp_path):
 
 @pytest.mark.model
 def test_generate_then_decode_round_trip(capsys, smollm2):
-    assert run(capsys, "keys", "init")[0] == 0
+    assert run(capsys, "keys", "init", "--models", "37,41")[0] == 0  # as scripts/dev sets a deployment up
     code, gen, _ = run(
         capsys,
         "generate",
@@ -112,8 +112,9 @@ def test_generate_then_decode_round_trip(capsys, smollm2):
     assert pub["tokens_scored"] > 100 and 0 <= pub["p_value"] < 1e-4
     code, full, _ = run(capsys, "decode", "--levels", "1,2", "--text", gen["text"])
     assert code == 0 and [set(lv["fields"]) for lv in full["levels"]] == [{"model"}, {"user"}]
-    # a new deployment is set up with NEW_DEPLOYMENT_PROFILE (v3: both levels keyed per whole value)
-    assert full["spec_version"] == 3 and "mixed-sources" not in full["flags"]
+    # a new deployment is set up with NEW_DEPLOYMENT_PROFILE (v5: position-multiplexed levels, model ids issued
+    # with `keys init --models`)
+    assert full["spec_version"] == 5 and "mixed-sources" not in full["flags"]
     # The whole 12-bit user is decoded by maximum likelihood (>= 0.99 at 100+ tokens, see docs/spec.md); the
     # public model (maximum likelihood over 256 values) is released only with evidence, and then the right one.
     assert full["levels"][1]["status"] == "decoded" and full["levels"][1]["fields"] == {"user": 1234}
@@ -136,7 +137,7 @@ def test_decode_human_text_releases_nothing(capsys):
 @pytest.mark.model
 def test_decode_two_user_splice_is_mixed(capsys, smollm2):
     """Two users' texts joined: `hero decode` names both users (`mixed`), never a third."""
-    assert run(capsys, "keys", "init")[0] == 0
+    assert run(capsys, "keys", "init", "--models", "37,41")[0] == 0
     texts = []
     for user, prompt in ((1234, "The city council met on Tuesday to discuss"), (999, "Shares in the bank fell after")):
         code, gen, _ = run(capsys, "generate", "--prompt", prompt, "--field", "model=37", "--field", f"user={user}",

@@ -118,6 +118,8 @@ class LocalHero:
             raise ValueError("max_new_tokens must be in 1..4096")
         if not 0 <= min_new_tokens <= max_new_tokens:
             raise ValueError("min_new_tokens must be in 0..max_new_tokens")
+        from verifier.provider.chat import chat_prompt
+
         keyset = self.store.active_keyset(self.profile)
         lm, tokenizer = self.model(model)
         texts = [chat_prompt(tokenizer, p) for p in prompts] if chat else list(prompts)
@@ -218,14 +220,6 @@ def _per_text(expect: Mapping[str, int] | Sequence[Mapping[str, int] | None] | N
     if len(per) != n:
         raise ValueError(f"expect names {len(per)} texts, texts has {n}")
     return per
-
-
-def chat_prompt(tokenizer: Any, prompt: str) -> str:
-    """`prompt` as one user message under the tokenizer's chat template, ready for the assistant's answer."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("this model's tokenizer has no chat template; drop --chat")
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
 
 
 class FastTokenizer:

@@ -145,7 +145,7 @@ def test_generate_chat_applies_the_chat_template(tmp_path, capsys, hero_home, mo
 
 def test_chat_template_of_the_real_tokenizer():
     from verifier.lm import load_tokenizer
-    from verifier.offline import chat_prompt
+    from verifier.provider.chat import chat_prompt
 
     text = chat_prompt(load_tokenizer("smollm2"), "Name a bird.")
     assert "Name a bird." in text and text.rstrip().endswith("assistant")

@@ -38,9 +38,11 @@ def test_submit_status_and_results_follow_every_page(svc, tmp_path, monkeypatch,
     src = tmp_path / "texts.jsonl"
     src.write_text("".join(json.dumps(t) + "\n" for t in texts))
     assert main(["jobs", "submit", str(src), "--idempotency-key", "cli-1"]) == 0
-    jid = capsys.readouterr().out.strip()
+    submitted = json.loads(capsys.readouterr().out)  # JSON, as the other job commands print
+    jid = submitted["job_id"]
+    assert submitted == {"job_id": jid, "texts": 11, "idempotency_key": "cli-1"}
     assert main(["jobs", "submit", str(src), "--idempotency-key", "cli-1"]) == 0  # a retry: the same job
-    assert capsys.readouterr().out.strip() == jid
+    assert json.loads(capsys.readouterr().out)["job_id"] == jid
     svc.wait_done(jid, sub="admin-1")
     assert main(["jobs", "status", jid]) == 0
     status = json.loads(capsys.readouterr().out)

@@ -44,7 +44,11 @@ def _command_of(argv: list[str]) -> str | None:
 def build_parser(argv: list[str] | None = None, *, full: bool = False) -> argparse.ArgumentParser:
     """The `hero` parser. Only the module of the command in `argv` registers its real parsers (all of them
     when `full`); every other command is a stub that lists it in `hero --help`."""
+    from verifier import __version__
+
     parser = argparse.ArgumentParser(prog="hero", description="HeRo selective-disclosure watermarking")
+    parser.add_argument("--version", action="version", version=f"hero {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = set(COMMANDS) if full else {c for c in [_command_of(sys.argv[1:] if argv is None else argv)] if c}
     loaded: set[str] = set()
@@ -62,7 +66,7 @@ def build_parser(argv: list[str] | None = None, *, full: bool = False) -> argpar
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # --help / --version exit 0, a usage error 2 (argparse's SystemExit)
     handler: Callable[[argparse.Namespace], int | None] = args.handler
     try:
         return int(handler(args) or 0)

@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     d.add_argument("--reps", type=int, default=20)
     d.add_argument("--torch-reps", type=int, default=3, help="repetitions of the (slow) torch path; 0 = skip")
-    d.add_argument("--profile", default="default", help="profile name (default = spec v2; v1) or YAML path")
+    d.add_argument("--profile", default=None,
+                   help="profile name or YAML path (default: the deployment's profile rule: HERO_PROFILE, else the "
+                        "profile of this deployment's keys, else the new-deployment profile)")
     d.add_argument("--levels", type=int, default=0,
                    help="levels decoded: 1 = moderator (public level), 0 = all levels (auditor)")
     d.set_defaults(handler=cmd_decode)
@@ -43,9 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--model", default=None,
                    help=f"a built-in model, a local directory, a hub id, or {RANDOM_MODEL} (random weights); "
                         "default: the first profile's tokenizer (its model)")
-    g.add_argument("--profile", nargs="+", default=["default"], metavar="PROFILE",
+    g.add_argument("--profile", nargs="+", default=None, metavar="PROFILE",
                    help="profile(s) to watermark with (name or YAML path), each a variant in the same rounds; "
-                        "the first is `hero`, the others `hero-NAME`; all must share the model's vocabulary")
+                        "the first is `hero`, the others `hero-NAME`; all must share the model's vocabulary "
+                        "(default: the deployment's profile rule, as `hero generate`)")
     g.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     g.add_argument("--path", choices=["fused", "engine"], default="fused",
@@ -491,11 +494,24 @@ def _check(args: argparse.Namespace) -> None:
         raise RuntimeError("--device cuda: no CUDA device available")
 
 
+def rule_profile(args: argparse.Namespace) -> str:
+    """The profile a bench runs when none is named: the deployment's rule (verifier.keys.deployment), as every
+    other command: HERO_PROFILE, else the profile of this deployment's keys, else NEW_DEPLOYMENT_PROFILE. The bench
+    draws keys of its own; the store is only asked which profile it holds."""
+    from verifier.cli.common import cli_settings, open_database
+    from verifier.keys.deployment import deployment_profile
+
+    settings = cli_settings(args)
+    if settings.profile:
+        return settings.profile
+    return deployment_profile(None, open_database(settings))
+
+
 def cmd_decode(args: argparse.Namespace) -> None:
     from verifier.cli.common import resolve_profile
 
     _check(args)
-    profile = resolve_profile(args.profile)
+    profile = resolve_profile(args.profile or rule_profile(args))
     if not 0 <= args.levels <= profile.depth:
         raise ValueError(f"--levels must be in 0..{profile.depth}")
     warnings = [w for w in (warn_few_reps(max(1, args.reps)),
@@ -511,7 +527,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
     _check(args)
     if not 0 <= args.threads <= 1024:
         raise ValueError("--threads must be in 0..1024")
-    profiles = [resolve_profile(p) for p in args.profile]  # a bad name fails here, before the model loads
+    names = args.profile or [rule_profile(args)]
+    profiles = [resolve_profile(p) for p in names]  # a bad name fails here, before the model loads
     warning = warn_few_reps(max(1, args.reps))
     if args.path == "engine":
         if len(profiles) > 1:

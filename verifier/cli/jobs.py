@@ -1,8 +1,9 @@
 """`hero jobs`: decode jobs on a running service (HERO_URL or --url; the bearer token in HERO_TOKEN).
 
 `hero jobs submit FILE` posts the file's texts (one JSON string per line, or `-` for stdin) with an
-Idempotency-Key; `hero jobs status ID`; `hero jobs results ID` follows the result pages (cursor) to the end and
-prints one result per line (NDJSON, each with its `index`), so a 100,000-text job never sits in one document.
+Idempotency-Key and prints JSON {"job_id", "texts", "idempotency_key"}; `hero jobs status ID`; `hero jobs results
+ID` follows the result pages (cursor) to the end and prints one result per line (NDJSON, each with its `index`),
+so a 100,000-text job never sits in one document.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
 
 
@@ -61,8 +63,10 @@ def cmd_submit(args: argparse.Namespace) -> None:
     texts = [json.loads(line) for line in raw.splitlines() if line.strip()]
     if not all(isinstance(t, str) for t in texts):
         raise ValueError("every line must be one JSON string")
+    key = args.idempotency_key or str(uuid.uuid4())  # printed: a retry with it makes no second job
     with _client(args) as hero:
-        print(_api(lambda: hero.submit_job(texts, args.max_level, args.idempotency_key)))
+        job_id = _api(lambda: hero.submit_job(texts, args.max_level, key))
+    print(json.dumps({"job_id": job_id, "texts": len(texts), "idempotency_key": key}))
 
 
 def cmd_status(args: argparse.Namespace) -> None:

@@ -38,6 +38,7 @@ from verifier.engine.generation import (
 from verifier.engine.payload import encode_payload
 from verifier.lm import load_model
 from verifier.provider.bundle import GenerationBundle
+from verifier.provider.chat import chat_prompt
 
 __all__ = ["BundleSampler", "ProviderGeneration", "RequestState", "generate", "load_model", "logits_processor",
            "new_generator"]  # new_generator: verifier.engine.generation's, the one seeding of fresh randomness
@@ -163,7 +164,7 @@ def generate(
     model,
     tokenizer,
     bundle: GenerationBundle,
-    prompts: Sequence[str],
+    prompts: Sequence[str] | Sequence[Sequence[Mapping[str, str]]],
     payloads: Sequence[Mapping[str, int]],
     *,
     max_new_tokens: int = 200,
@@ -173,10 +174,15 @@ def generate(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     on_step: Callable[[], None] | None = None,
+    chat: bool = False,
 ) -> list[ProviderGeneration]:
-    """Batched watermarked generation with `transformers` (what `hero generate` does, keys from the bundle)."""
+    """Batched watermarked generation with `transformers` (what `hero generate` does, keys from the bundle).
+    `chat`: each prompt is a user message (or a list of `{"role", "content"}` messages) under the model's chat
+    template (`hero generate --chat`); the returned `prompt` is then the templated text the model saw."""
     if len(prompts) != len(payloads):
         raise ValueError("one payload per prompt")
+    if chat:
+        prompts = [chat_prompt(tokenizer, p) for p in prompts]
     for p in payloads:
         encode_payload(bundle.profile, p)  # validate before generating
     bundle.require_fresh()

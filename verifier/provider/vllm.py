@@ -151,7 +151,9 @@ def _slots(vllm_config: Any, n: int, device: torch.device) -> RequestSlots:
     model's end-of-sequence id for refused rows)."""
     refuse_speculative(getattr(vllm_config, "speculative_config", None) is not None)
     keys()
-    return RequestSlots(n, device, _bundle, stop_token=_stop_token(vllm_config), enforce=enforced())
+    from verifier.provider.vllm_metrics import watch  # on vLLM's /metrics: the bundle's expiry, refusals
+
+    return watch(RequestSlots(n, device, _bundle, stop_token=_stop_token(vllm_config), enforce=enforced()), keys)
 
 
 # --- legacy V1 model runner ---------------------------------------------------------------------------------
@@ -208,7 +210,7 @@ class HeroV2LogitsProcessor(V2LogitsProcessor):
         return False
 
     def add_request(self, req_idx: int, sampling_params: Any) -> bool:
-        # resumed requests keep their history in req_states: contexts are read there, the opening counts as drawn
+        # contexts are read from the runner's token history (req_states) at each step
         return self.slots.admit(req_idx, getattr(sampling_params, "extra_args", None), **_params(sampling_params))
 
     def apply(self, logits: torch.Tensor, ctx: Any) -> torch.Tensor:

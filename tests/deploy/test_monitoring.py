@@ -25,7 +25,9 @@ def _served(sqlite_url: str, home: Path) -> set[str]:
 
     from tests.helpers.service import make_settings
     from verifier.process import open_database
+    from verifier.provider import vllm_metrics
 
+    vllm_metrics.metrics()  # the vLLM plugin's series, on vLLM's /metrics (registered where the plugin runs)
     names = {m.name for m in REGISTRY.collect()}  # the service's counters and histograms (verifier.metrics)
     assert "hero_jobs" in names and metrics.JOBS is not None
     db = open_database(make_settings(home, sqlite_url))  # the workers' queue gauges, read from a real database
@@ -74,7 +76,8 @@ def test_promtool_rule_tests_pass_with_a_firing_and_a_silent_case_per_alert():
         assert any(c["exp_alerts"] for c in mine), f"{alert}: no case where it fires"
         assert any(not c["exp_alerts"] for c in mine), f"{alert}: no case where it stays silent"
     expected = {"HeroJobsPendingNoWorkers", "HeroAuditAppendFailing", "HeroLogCheckpointStale", "HeroJwksFailing",
-                "HeroUnauthorizedSpike", "HeroRateLimitedSpike"}
+                "HeroUnauthorizedSpike", "HeroRateLimitedSpike", "HeroVllmBundleExpiringSoon", "HeroVllmBundleExpired",
+                "HeroVllmBundleRefreshFailing", "HeroVllmRowsRefused"}
     assert expected <= set(_alerts())
 
 

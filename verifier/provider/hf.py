@@ -32,24 +32,44 @@ def fused_sampler(bundle: GenerationBundle, device: str | torch.device = "cpu") 
 
 
 class HeroWatermarkProcessor(WatermarkProcessor):
-    """One `generate` call's watermark (the engine's processor without warpers: transformers applied its own)."""
+    """One `generate` call's watermark (the engine's processor without warpers: transformers applied its own).
+
+    Its payload rows meet the batch at the first step: one payload (broadcast) covers every row; `n` payloads
+    and a batch of `n * k` rows (`num_return_sequences=k`: transformers repeats each input row k times in a row)
+    give each payload to its k rows."""
+
+    def __init__(self, *args: Any, profile: Any = None, opening_nats: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._profile, self._opening_nats = profile, opening_nats
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        b, rows = input_ids.shape[0], self.payload.shape[0]
+        if self.prompt_length is None and b != rows and b % rows == 0:  # the first step meets the batch
+            self.payload = self.payload.repeat_interleave(b // rows, dim=0)
+            self.log = self.sampler.new_log(b)
+            if self.opening is not None:
+                self.opening = new_opening(self._profile, b, self._opening_nats, self.device)
+        return super().__call__(input_ids, scores)
 
 
 class HeroWatermarkingConfig(BaseWatermarkingConfig):
-    """HeRo watermark for `model.generate(..., watermarking_config=cfg, do_sample=True)`: one field dict per row.
+    """HeRo watermark for `model.generate(..., watermarking_config=cfg, do_sample=True)`.
 
-    `bundle` is an opened `GenerationBundle`; `payloads[i]` the fields of batch row i (validated against the
-    bundle's profile now: `PayloadError`). `generator` (optional) supplies the fresh randomness of unmarked
+    `bundle` is an opened `GenerationBundle`; `payloads` the fields of every row (one dict: broadcast to the
+    whole batch, as transformers' own watermarking configs are batch-independent) or a list, `payloads[i]` the
+    fields of prompt i (with `num_return_sequences=k`, each of its k sequences); validated against the bundle's
+    profile now (`PayloadError`). `generator` (optional) supplies the fresh randomness of unmarked
     tokens (default: seeded from the OS per `generate` call). `opening_nats`: the gated opening's
     threshold (gpu/opening.py; default `OPENING_NATS`, 0: only the first h tokens fresh).
     """
 
-    def __init__(self, bundle: GenerationBundle, payloads: Sequence[Mapping[str, int]],
+    def __init__(self, bundle: GenerationBundle, payloads: Mapping[str, int] | Sequence[Mapping[str, int]],
                  generator: torch.Generator | None = None, opening_nats: float | None = None) -> None:
         if not isinstance(bundle, GenerationBundle):
             raise TypeError("bundle must be an opened GenerationBundle (verifier.provider.open_bundle)")
         self._bundle = bundle
-        self._payloads = [encode_payload(bundle.profile, p) for p in payloads]
+        self._broadcast = isinstance(payloads, Mapping)
+        self._payloads = [encode_payload(bundle.profile, p) for p in ([payloads] if self._broadcast else payloads)]
         self._generator = generator
         self._opening_nats = opening_nats
         self._samplers: dict[str, FusedSampler] = {}
@@ -59,7 +79,7 @@ class HeroWatermarkingConfig(BaseWatermarkingConfig):
 
     def validate(self) -> None:
         if not self._payloads:
-            raise ValueError("HeroWatermarkingConfig needs one payload per batch row")
+            raise ValueError("HeroWatermarkingConfig needs a payload (one for every row, or one per prompt)")
         self._bundle.require_fresh()  # BundleExpired (a ValueError)
 
     def construct_processor(self, vocab_size: int, device: str | torch.device | None = None) -> HeroWatermarkProcessor:
@@ -72,7 +92,8 @@ class HeroWatermarkingConfig(BaseWatermarkingConfig):
             sampler = self._samplers[str(dev)] = fused_sampler(self._bundle, dev)
         payload = torch.tensor(self._payloads, dtype=torch.int64, device=dev)
         opening = new_opening(profile, len(self._payloads), self._opening_nats, dev)
-        return HeroWatermarkProcessor(sampler, payload, self._generator, opening)
+        return HeroWatermarkProcessor(sampler, payload, self._generator, opening, profile=profile,
+                                      opening_nats=self._opening_nats)
 
     # --- never key material -----------------------------------------------------------------------
 
@@ -83,7 +104,8 @@ class HeroWatermarkingConfig(BaseWatermarkingConfig):
     def to_dict(self) -> dict[str, Any]:
         b = self._bundle
         return {"watermark": "hero", "bundle_id": b.bundle_id, "profile": b.profile.name,
-                "key_versions": {str(k): v for k, v in sorted(b.key_versions.items())}, "rows": len(self._payloads)}
+                "key_versions": {str(k): v for k, v in sorted(b.key_versions.items())},
+                "rows": "all" if self._broadcast else len(self._payloads)}
 
     def to_json_string(self) -> str:
         import json

@@ -62,6 +62,7 @@ def engine():
     os.environ.pop(plugin.ENV_ENFORCE, None)
     plugin.reset_keys()
     llm = LLM(model=str(cache_dir("smollm2")), dtype="float32", max_model_len=512, max_num_seqs=8,
+              gpu_memory_utilization=float(os.environ.get("HERO_VLLM_MEMORY_UTILIZATION", "0.5")),
               enforce_eager=True, seed=0)
     yield llm, profile, keyset
     for k, v in saved.items():

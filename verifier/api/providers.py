@@ -31,7 +31,8 @@ NO_STORE = {"Cache-Control": "no-store"}
              responses={401: {}, 403: {}, 409: {}, 422: {}, 503: {}})
 def add_provider(body: ProviderIn, ctx: Ctx, p: ProviderAdmin) -> dict:
     return service.provider_meta(service.register(ctx.db, body.provider_id, body.public_key, p.actor, body.expires_at,
-                                                  body.key_type))
+                                                  body.key_type, issuer=body.issuer,
+                                                  trusted=service.trusted_issuers(ctx.settings)))
 
 
 @router.get("/v1/providers", response_model=ProviderListOut, summary="List providers (public keys, status)",
@@ -50,7 +51,8 @@ def revoke_provider(provider_id: ProviderId, ctx: Ctx, p: ProviderAdmin) -> dict
     "/v1/keys/generation-bundle",
     response_model=BundleOut,
     summary="The active key tables of every level, sealed to the calling provider's key, signed by the service",
-    description="Role `provider`, `sub` = a registered, active provider id. `If-None-Match: \"<etag>\"` answers "
+    description="Role `provider`, `sub` = a registered, active provider id, in a token of the issuer it was "
+    "registered with. `If-None-Match: \"<etag>\"` answers "
     "304 (nothing sealed, nothing audited) while the key set is unchanged. Each bundle is audited "
     "(`keys.bundle`) with a transparency receipt before it is returned. The bundle (`hero-bundle-3`) is signed "
     "with the service's transparency-log key (`GET /v1/audit/public-key`): the provider SDK refuses one whose "
@@ -68,7 +70,7 @@ def generation_bundle(
     issued = service.issue_bundle(
         ctx.db, ctx.store, ctx.profile, p.actor, if_none_match=if_none_match, signer=ctx.signer,
         ttl=timedelta(seconds=ctx.settings.bundle_ttl_seconds),
-        interval_s=ctx.settings.checkpoint_interval_seconds,
+        interval_s=ctx.settings.checkpoint_interval_seconds, trusted=service.trusted_issuers(ctx.settings),
     )
     if isinstance(issued, str):
         return Response(status_code=304, headers={"ETag": f'"{issued}"', **NO_STORE})

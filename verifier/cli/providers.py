@@ -15,6 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--public-key", required=True, help="base64 of the raw public key (32 bytes for x25519)")
     add.add_argument("--key-type", default="x25519", choices=["x25519", "mlkem768-x25519"],
                      help="the HPKE KEM bundles are sealed with (hero-bundle-3)")
+    add.add_argument("--issuer", default=None,
+                     help="the issuer of the provider's tokens (default: the one issuer the service trusts; "
+                          "required when it trusts several)")
     add.add_argument("--expires-at", default=None, help="ISO-8601 time after which bundle requests are refused")
     add.set_defaults(handler=cmd_add)
     ls = ps.add_parser("list", help="list providers (public keys and status)")
@@ -27,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_add(args: argparse.Namespace) -> None:
     from datetime import datetime
 
-    from verifier.registry.service import provider_meta, register
+    from verifier.registry.service import provider_meta, register, trusted_issuers
 
     expires = None
     if args.expires_at:
@@ -35,8 +38,9 @@ def cmd_add(args: argparse.Namespace) -> None:
             expires = datetime.fromisoformat(args.expires_at.replace("Z", "+00:00"))
         except ValueError:
             raise ValueError("--expires-at must be an ISO-8601 time") from None
-    row = register(open_database(cli_settings(args)), args.provider_id, args.public_key, cli_actor(), expires,
-                   args.key_type)
+    settings = cli_settings(args)
+    row = register(open_database(settings), args.provider_id, args.public_key, cli_actor(), expires, args.key_type,
+                   issuer=args.issuer, trusted=trusted_issuers(settings))
     emit(provider_meta(row))
 
 

@@ -14,6 +14,10 @@ class ProviderIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     provider_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
                              description="the `sub` of the provider's tokens")
+    issuer: str | None = Field(default=None, min_length=1, max_length=256,
+                               description="the issuer (`iss`) of the provider's tokens: only that issuer's token "
+                                           "with `sub` = provider_id is this provider. Default: the one issuer "
+                                           "the service trusts; required when it trusts several")
     public_key: str = Field(min_length=1, max_length=2048,
                             description="base64 of the raw public key bundles are sealed to (32 bytes for x25519, "
                                         "1216 for mlkem768-x25519)")
@@ -24,6 +28,8 @@ class ProviderIn(BaseModel):
 
 class ProviderOut(BaseModel):
     provider_id: str
+    issuer: str = Field(description="the issuer of the provider's tokens (\"\": registered before issuers were "
+                                    "recorded, accepted only while the service trusts a single issuer)")
     public_key: str
     key_type: str
     status: str = Field(description="active | revoked")

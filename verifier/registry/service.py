@@ -1,12 +1,18 @@
 """Provider registry and generation-key bundles.
 
-An admin registers a provider (id + X25519 public key); the provider, authenticated as role `provider` with
-`sub` = its id, receives the active key table of every level sealed to that key and signed with the service's
-transparency-log key (`hero-bundle-3`, `verifier.provider.bundle`): the provider checks that signature against the
-key it pinned, so whoever can place bytes on its bundle path cannot swap its keys.
+An admin registers a provider (id + X25519 public key, and the issuer of its tokens); the provider, authenticated
+as role `provider` by a token of that issuer with `sub` = its id, receives the active key table of every level
+sealed to that key and signed with the service's transparency-log key (`hero-bundle-3`, `verifier.provider.bundle`):
+the provider checks that signature against the key it pinned, so whoever can place bytes on its bundle path cannot
+swap its keys.
 Each registration, revocation and bundle issuance commits with its audit event; a bundle is returned only
 after its audit event (and transparency receipt) is durable. Key material never reaches a log line, an
 exception, the database or a response in clear: the service derives the tables, seals them, and drops them.
+
+A provider is an (issuer, sub) like every other subject (issue 52, N4/N5): a token of another trusted issuer with
+the same `sub` is not that provider. A row registered before issuers were recorded (issuer "") is accepted only
+while the service trusts a single issuer, where it cannot be anyone else's; with several, it is refused and
+logged until it is registered again with its issuer.
 """
 
 from __future__ import annotations
@@ -44,6 +50,25 @@ class ProviderForbidden(Forbidden):
     public_detail = "not an active registered provider"
 
 
+def trusted_issuers(settings) -> tuple[str, ...]:
+    """The issuers whose tokens this deployment accepts: its own (HERO_JWT_ISSUER, when it has keys for it: dev
+    mode, HERO_JWKS_FILE or HERO_JWKS_URL, or no OIDC issuer at all) and every OIDC issuer."""
+    oidc = [*getattr(settings, "oidc_issuer", ()), *(c.issuer for c in getattr(settings, "oidc_issuers", ()))]
+    own = settings.dev_mode or settings.jwks_file or settings.jwks_url or not oidc
+    return tuple(dict.fromkeys(([settings.jwt_issuer] if own else []) + oidc))
+
+
+def provider_issuer(issuer: str | None, trusted: tuple[str, ...]) -> str:
+    """The issuer a registration names: one the service trusts; unnamed, the only one it trusts."""
+    if issuer is None:
+        if len(trusted) == 1:
+            return trusted[0]
+        raise InvalidInput("issuer is required: this service trusts several issuers (" + ", ".join(trusted) + ")")
+    if issuer not in trusted:
+        raise InvalidInput(f"issuer {issuer!r} is not one this service trusts (" + ", ".join(trusted) + ")")
+    return issuer
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -58,6 +83,7 @@ def provider_meta(row: ProviderRow) -> dict[str, object]:
 
     return {
         "provider_id": row.provider_id,
+        "issuer": row.issuer,
         "public_key": base64.b64encode(row.public_key).decode(),
         "key_type": row.key_type,
         "status": row.status,
@@ -74,10 +100,12 @@ def _event(actor: Actor, action: str, detail: str, levels=(), key_version: str |
 
 def register(
     db: Database, provider_id: str, public_key: str, actor: Actor, expires_at: datetime | None = None,
-    key_type: str = "x25519",
+    key_type: str = "x25519", *, issuer: str | None = None, trusted: tuple[str, ...],
 ) -> ProviderRow:
+    """Register `provider_id` as the `sub` of `issuer`'s tokens (`trusted`: trusted_issuers(settings))."""
     if not PROVIDER_ID_RE.match(provider_id or ""):
         raise InvalidInput(f"provider_id must match {PROVIDER_ID_RE.pattern}")
+    issuer = provider_issuer(issuer, trusted)
     try:
         raw = parse_public_key(public_key, key_type)
     except BundleError as exc:
@@ -94,13 +122,14 @@ def register(
         with db.session() as s:
             if repo.get(s, provider_id) is not None:
                 raise Conflict(f"provider {provider_id!r} is already registered")
-            row = ProviderRow(provider_id=provider_id, public_key=raw, key_type=key_type, status="active",
-                              created_at=now,
+            row = ProviderRow(provider_id=provider_id, issuer=issuer, public_key=raw, key_type=key_type,
+                              status="active", created_at=now,
                               created_by=actor.subject[:256], expires_at=expires_at)
             s.add(row)
             s.flush()
             fpr = hashlib.sha256(raw).hexdigest()[:16]
-            append_or_fail(s, [_event(actor, "providers.add", f"provider {provider_id} key {key_type} sha256:{fpr}")])
+            append_or_fail(s, [_event(actor, "providers.add",
+                                      f"provider {provider_id} issuer {issuer} key {key_type} sha256:{fpr}")])
     except IntegrityError:
         raise Conflict(f"provider {provider_id!r} is already registered") from None
     log.info("provider registered", extra={"provider_id": provider_id})
@@ -142,12 +171,22 @@ class BundleIssue:
         return f"BundleIssue(id={self.bundle_id!r}, etag={self.etag!r}, versions={self.key_versions})"
 
 
-def active_provider(db: Database, provider_id: str) -> ProviderRow:
+def active_provider(db: Database, actor: Actor, trusted: tuple[str, ...]) -> ProviderRow:
+    """The active registered provider that `actor` (issuer, sub) is, or ProviderForbidden (one message)."""
+    provider_id = actor.subject
     with db.session() as s:
         row = repo.get(s, provider_id)
     now = datetime.now(UTC)
     if row is None or row.status != "active" or (row.expires_at is not None and _aware(row.expires_at) <= now):
         raise ProviderForbidden(f"provider {provider_id!r} is unknown, revoked or expired")
+    if row.issuer == "" and len(trusted) == 1 and actor.issuer in ("", trusted[0]):
+        return row  # registered before issuers were recorded, on a single-issuer service: no one else's
+    if row.issuer == "":
+        log.warning("provider registered without an issuer refused: this service trusts several issuers; "
+                    "register it again with its issuer", extra={"provider_id": provider_id, "issuer": actor.issuer})
+        raise ProviderForbidden(f"provider {provider_id!r} has no issuer recorded")
+    if row.issuer != actor.issuer:
+        raise ProviderForbidden(f"provider {provider_id!r} is registered for another issuer")
     return row
 
 
@@ -189,14 +228,16 @@ def issue_bundle(
     signer: LogSigner,
     ttl: timedelta = DEFAULT_BUNDLE_TTL,
     interval_s: float = 0.0,
+    trusted: tuple[str, ...],
 ) -> BundleIssue | str:
-    """The sealed bundle for the provider `actor.subject`, or its ETag alone when `if_none_match` matches.
+    """The sealed bundle for the provider `actor` is ((issuer, sub); `trusted`: trusted_issuers), or its ETag alone
+    when `if_none_match` matches.
 
     Order: provider check (403 before any key is touched), ETag from metadata (304 without decrypting),
     tables derived, sealed and signed with `signer`'s key, audit event + receipt committed, then returned.
     No audit, no bundle.
     """
-    provider = active_provider(db, actor.subject)
+    provider = active_provider(db, actor, trusted)
     versions = active_versions(store, profile)
     etag = bundle_etag(provider, profile, versions)
     if etag_matches(if_none_match, etag):

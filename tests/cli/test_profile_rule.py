@@ -35,7 +35,7 @@ def test_choose_profile_rule():
     assert choose_profile(None, ["default"]) == "default"  # an existing deployment keeps its profile
     assert choose_profile(None, ["default", "v1"]) == "default"  # the spec v2 upgrade path: default served
     assert choose_profile("v1", ["default"]) == "v1"  # HERO_PROFILE / --profile decide
-    with pytest.raises(ProfileChoiceError, match="set HERO_PROFILE"):
+    with pytest.raises(ProfileChoiceError, match="hero profile use NAME"):
         choose_profile(None, ["v1", "v3"])
 
 

@@ -8,8 +8,9 @@ and the /v1/verify micro-batcher. Endpoints receive it through the `Ctx` depende
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -32,6 +33,8 @@ from verifier.verify.disclosure import charge_quota, check_lm_tokens, check_text
 from verifier.verify.runner import DecodeRunner
 from verifier.verify.service import batch_worker
 
+FOLLOW_SECONDS = 5.0  # how stale the served profile may be in a running service after `hero profile use`
+
 
 @dataclass
 class ServiceContext:
@@ -47,6 +50,8 @@ class ServiceContext:
     signer: LogSigner  # signs transparency-log checkpoints (receipts, GET /v1/audit/checkpoint)
     limiter: RateLimiter  # per-subject / per-role quotas on texts
     batcher: Batcher | None = None  # /v1/verify micro-batcher (None: HERO_VERIFY_BATCHING=0)
+    # when the recorded served profile (`hero profile use`, verifier/keys/deployment.py) is read again (`follow`)
+    next_follow: float = field(default=0.0, repr=False)
 
     def __repr__(self) -> str:
         return f"ServiceContext(profile={self.profile.name!r}, db={self.db.dialect})"
@@ -62,6 +67,7 @@ class ServiceContext:
         faster than the caller's quota). `per_request_tokens`: the per-request LM-token cap applies (an answer
         now; a job's texts are scored batch by batch); `lm_runs`: False where the endpoint never runs the LM
         (per-token evidence)."""
+        await self.follow()
         grant = self.policy.grant(p.role, self.profile, requested)
         check_texts(texts, max_texts, self.settings.max_text_chars)
         lm_tokens = 0
@@ -74,6 +80,21 @@ class ServiceContext:
         if vet is not None:
             await run_in_threadpool(vet, grant)
         return grant
+
+    async def follow(self) -> None:
+        """Serve the profile recorded with the keys (`hero profile use NAME` in any process): read at most once per
+        FOLLOW_SECONDS, before a decode is admitted, so a running service follows a move without a restart. Never
+        with HERO_PROFILE set (it overrides the recorded choice)."""
+        now = time.monotonic()
+        if self.settings.profile or now < self.next_follow:
+            return
+        self.next_follow = now + FOLLOW_SECONDS
+        from verifier.engine.profile import resolve_profile
+        from verifier.keys.deployment import recorded_profile
+
+        name = await run_in_threadpool(recorded_profile, self.db)
+        if name and name != self.profile.name:
+            self.profile = await run_in_threadpool(resolve_profile, name)
 
     @property
     def model_aware(self) -> bool:

@@ -65,14 +65,14 @@ def cmd_init(args: argparse.Namespace) -> None:
     names it: two profiles in one deployment decode the same text differently, so that is never a default."""
     import sys
 
-    from verifier.keys.deployment import choose_profile, stored_profiles
+    from verifier.keys.deployment import choose_profile, recorded_profile, stored_profiles
 
     settings = cli_settings(args)
     store = open_store(settings)
     stored = stored_profiles(store.db)
-    name = args.profile or choose_profile(settings.profile, stored)
+    name = args.profile or choose_profile(settings.profile, stored, recorded_profile(store.db))
     others = [p for p in stored if p != resolve_profile(name).name]
-    if others and not args.profile:
+    if others and not args.profile and resolve_profile(name).name not in stored:
         raise ValueError(
             f"this deployment already has keys for profile {', '.join(repr(p) for p in others)}; keys for {name!r} "
             f"(HERO_PROFILE) would be a second profile beside them. Unset HERO_PROFILE to use the existing keys, "
@@ -82,7 +82,9 @@ def cmd_init(args: argparse.Namespace) -> None:
 
     if args.models is not None:
         base = resolve_profile(name)
-        own = base.name if base.name.endswith(DEPLOYMENT_SUFFIX) else f"{base.name}{DEPLOYMENT_SUFFIX}"
+        from verifier.keys.issued import own_copy_name
+
+        own = own_copy_name(base.name)
         name = issued_copy(base, own, _model_ids(args.models))[0].name
         others = [p for p in stored if p != name]
         if others and not args.profile:
@@ -96,7 +98,6 @@ def cmd_init(args: argparse.Namespace) -> None:
     emit({"profile": profile.name, "versions": [v.to_dict() for v in versions]})
 
 
-DEPLOYMENT_SUFFIX = "-deployment"  # `hero keys init --models`: the deployment's own copy of its profile
 
 
 def _model_ids(text: str) -> list[int]:
@@ -112,12 +113,12 @@ def _model_ids(text: str) -> list[int]:
 
 def cmd_list(args: argparse.Namespace) -> None:
     """The versions of one profile, with the profile the deployment serves and every profile it has keys for."""
-    from verifier.keys.deployment import choose_profile, stored_profiles
+    from verifier.keys.deployment import choose_profile, recorded_profile, stored_profiles
 
     settings = cli_settings(args)
     store = open_store(settings)
     stored = stored_profiles(store.db)
-    served = choose_profile(settings.profile, stored)
+    served = choose_profile(settings.profile, stored, recorded_profile(store.db))
     profile = resolve_profile(args.profile or served)
     emit({"profile": profile.name, "deployment_profile": served, "profiles": stored,
           "versions": [v.to_dict() for v in store.versions(profile)]})

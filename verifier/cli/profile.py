@@ -17,6 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verifier.cli.common import emit
+from verifier.keys.issued import (  # noqa: F401  (re-exported: the CLI's names)
+    issued_copy,
+    issued_level,
+    issued_of,
+    relative_tokenizer,
+    write_profile,
+)
 
 if TYPE_CHECKING:
     from verifier.engine.profile import Profile
@@ -46,6 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     issue.add_argument("values", nargs="+", type=int, metavar="VALUE")
     issue.add_argument("--field", default="model", help="the field whose level lists the values (default: model)")
     issue.set_defaults(handler=cmd_issue)
+    use = ps.add_parser("use", help="serve profile NAME from now on (one step): keys for it when it has none, and the "
+                                    "choice recorded with the keys; texts made under earlier profiles keep decoding")
+    use.add_argument("name", help="a profile name (shipped, or under the deployment's profiles folder)")
+    use.set_defaults(handler=cmd_use)
 
 
 def model_vocab_size(tokenizer_name: str, revision: str | None, tokenizer_size: int) -> int:
@@ -99,101 +110,45 @@ def cmd_new(args: argparse.Namespace) -> None:
     elif args.revision:
         raise ValueError("--revision pins the tokenizer given with --tokenizer")
     if args.issued is not None:
-        _issued_level(data, args.field)["issued"] = sorted(set(args.issued))
-    profile = _write(target, data)
+        issued_level(data, args.field)["issued"] = sorted(set(args.issued))
+    profile = write_profile(target, data)
     emit({"profile": profile.name, "path": str(target), "tokenizer": profile.tokenizer,
           "revision": profile.tokenizer_revision, "vocab_size": profile.vocab_size,
-          "tokenizer_fingerprint": profile.tokenizer_fingerprint, "issued": _issued_of(profile)})
+          "tokenizer_fingerprint": profile.tokenizer_fingerprint, "issued": issued_of(profile)})
 
 
 def cmd_issue(args: argparse.Namespace) -> None:
-    """Issue new values at a deployment's spec v4 level: keys and routing do not change (texts made earlier keep
-    decoding; their p-values are corrected for the larger count, docs/spec.md 18.1), so appending is the one edit a
-    profile in use allows. Removing a value is not offered: its texts would stop being named."""
-    import yaml
+    """Issue new values at a deployment's spec v4+ level (verifier/keys/issued.py: the list only grows), audited
+    (`keys.issue`) like POST /v1/keys/issued."""
+    from verifier.cli.common import cli_actor, cli_settings, open_store
+    from verifier.keys.issued import issue_detail, issue_values
 
-    from verifier.engine.profile import deployment_profiles_dir, profile_path
-
-    folder = deployment_profiles_dir()
-    path = profile_path(args.name)
-    if not path.resolve().is_relative_to(folder.resolve()) or not path.is_file():
-        raise ValueError(f"{args.name!r} is not a profile under {folder} (the deployment's profiles: "
-                         "HERO_PROFILES_DIR, else $HERO_HOME/profiles; shipped profiles are read-only; write one with "
-                         "`hero keys init --models ...` or `hero profile new NAME --from v5 --issued ...`)")
-    data = yaml.safe_load(path.read_text())
-    level = _issued_level(data, args.field)
-    if "issued" not in level:
-        raise ValueError(f"profile {args.name!r}: the level of {args.field!r} lists no issued values (spec v4 only)")
-    had = set(level["issued"])
-    level["issued"] = sorted(had | set(args.values))
-    profile = _write(path, data)
-    emit({"profile": profile.name, "path": str(path), "field": args.field, "issued": _issued_of(profile, args.field),
-          "added": sorted(set(args.values) - had), "already_issued": sorted(set(args.values) & had)})
+    store = open_store(cli_settings(args))  # first: no file written without the database its audit record goes to
+    done = issue_values(args.name, args.values, args.field)
+    store.record_issue(done.profile.name, issue_detail(done), cli_actor())
+    emit(done.to_dict())
 
 
-def issued_copy(base: Profile, name: str, values: list[int], field: str = "model") -> tuple[Profile, Path]:
-    """Write the deployment's own copy of `base` named `name` whose `field` level issues `values` (spec v4+):
-    `hero keys init --models`. An existing copy is kept when it issues at least these values (re-running init is
-    harmless); one that lacks some is refused (issue them with `hero profile issue`)."""
-    from verifier.engine.profile import deployment_profiles_dir, profile_from_dict
+def cmd_use(args: argparse.Namespace) -> None:
+    """`hero profile use NAME`: the one step that moves a deployment to another profile: keys for NAME when it has
+    none, and NAME recorded as the served profile in the key store's database (every process reads it; HERO_PROFILE
+    still overrides). Keys of the profiles served before stay, so their texts keep decoding (each result names the
+    profile that matched)."""
+    import sys
 
-    if base.spec_version < 4:
-        raise ValueError(f"profile {base.name!r} is spec v{base.spec_version}: issued model ids need spec v4 or v5")
-    target = deployment_profiles_dir() / f"{name}.yaml"
-    data = base.to_dict()
-    data["name"] = name
-    if base.tokenizer_written is not None:  # relative to the source's folder: to the copy's from now on
-        data["tokenizer"] = relative_tokenizer(Path(base.tokenizer), target.parent)
-    _issued_level(data, field)["issued"] = sorted(set(values))
-    if target.exists():
-        from verifier.engine.profile import load_profile
+    from verifier.cli.common import cli_actor, cli_settings, open_store, resolve_profile
 
-        have = load_profile(target)
-        missing = sorted(set(values) - set(_issued_of(have, field) or []))
-        if missing:
-            raise ValueError(f"{target} exists without {field} {missing}: issue them with `hero profile issue {name} "
-                             f"{' '.join(map(str, missing))}`")
-        return have, target
-    profile_from_dict(data)  # every rule checked before anything is written
-    return _write(target, data), target
+    settings = cli_settings(args)
+    store = open_store(settings)
+    profile = pin_tokenizer(args.name, resolve_profile(args.name))
+    rows, before = store.use_profile(profile, cli_actor())
+    from verifier.keys.deployment import stored_profiles
 
-
-def _issued_level(data: dict, field: str) -> dict:
-    for level in data.get("levels", []):
-        if any(f.get("name") == field for f in level.get("fields", [])):
-            return level
-    raise ValueError(f"the profile has no field {field!r}")
-
-
-def _issued_of(profile: Profile, field: str = "model") -> list[int] | None:
-    for level in profile.levels:
-        if any(f.name == field for f in level.fields):
-            return list(level.issued) if level.issued is not None else None
-    return None
-
-
-def _write(target: Path, data: dict) -> Profile:
-    """Check every profile rule (a chunk schedule that fits the vocabulary, issued values in range, spec v4 for a
-    list), then replace the file atomically."""
-    import yaml
-
-    from verifier.engine.profile import profile_from_dict
-
-    profile = profile_from_dict(data)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
-    tmp.replace(target)
-    return profile
-
-
-def relative_tokenizer(path: Path, folder: Path) -> str:
-    """A local tokenizer directory as a profile in `folder` writes it: relative to the folder, `./` or `../` first
-    (what marks a path rather than a hub id; verifier.engine.profile.load_profile resolves it)."""
-    import os
-
-    rel = Path(os.path.relpath(path.resolve(), folder.resolve())).as_posix()
-    return rel if rel.startswith("../") else f"./{rel}"
+    if settings.profile and settings.profile != profile.name:
+        print(f"hero: note: HERO_PROFILE={settings.profile} overrides the recorded profile in this environment; "
+              "unset it to serve the recorded one", file=sys.stderr)
+    emit({"profile": profile.name, "before": before, "profiles": stored_profiles(store.db),
+          "created": [r.version for r in rows]})
 
 
 def pin_tokenizer(name: str, profile: Profile) -> Profile:

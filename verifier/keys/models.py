@@ -50,3 +50,14 @@ class KeyEpochRow(Base):
 
     profile: Mapped[str] = mapped_column(String(64), primary_key=True)
     epoch: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class DeploymentSettingRow(Base):
+    """One setting of the deployment, kept with its keys (migration 0013): `served_profile`, the profile the
+    deployment serves (`hero profile use NAME`; verifier/keys/deployment.py)."""
+
+    __tablename__ = "hero_deployment_settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

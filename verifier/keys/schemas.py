@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 
 class KeyVersionOut(BaseModel):
@@ -31,3 +31,29 @@ class KeyListOut(BaseModel):
 class DestroyIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     confirm: str = Field(max_length=64, description="must repeat the version id, e.g. 'l1-v1'")
+
+
+class KeyInitIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    models: list[StrictInt] | None = Field(
+        default=None, min_length=1, max_length=4096, examples=[[37, 41]],
+        description="the model ids this deployment issues (as `hero keys init --models 37,41`): keys are made for "
+        "the deployment's own copy of its profile (NAME-deployment, in its profiles folder) that searches and "
+        "generates those ids only, and that copy is recorded as the profile the deployment serves")
+
+
+class IssueIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    field: str = Field(default="model", pattern=r"^[a-z][a-z0-9_]{0,31}$", description="the field whose level "
+                       "lists the issued values")
+    values: list[StrictInt] = Field(min_length=1, max_length=4096, examples=[[42]],
+                                    description="values to issue (already issued ones are kept, reported as such)")
+
+
+class IssuedOut(BaseModel):
+    profile: str = Field(description="the profile the deployment serves")
+    field: str
+    issued: list[int] | None = Field(description="the values issued at the field's level, sorted (null: the level "
+                                     "searches every value, nothing issued)")
+    added: list[int] | None = Field(default=None, description="POST only: the values this request issued")
+    already_issued: list[int] | None = Field(default=None, description="POST only: values that were issued before")

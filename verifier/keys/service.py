@@ -195,6 +195,43 @@ class DbKeyStore:
         log.info("keys initialised", extra={"profile": profile.name})
         return rows
 
+    def use_profile(self, profile: Profile, actor: Actor | None = None) -> tuple[list[KeyVersionRow], str | None]:
+        """`hero profile use NAME`: the deployment serves `profile` from now on, in one audited transaction: keys
+        for every level it lacks (`keys.init`, as `initialize_rows`), then the choice recorded in the database
+        (`keys.use_profile`, detail `before -> NAME`), which every process reads (verifier/keys/deployment.py).
+        Keys of the profiles served before stay: their texts keep decoding. Returns (versions made, the profile
+        recorded before)."""
+        from verifier.keys.deployment import record_profile
+
+        tokenizer = self._tokenizer_now(profile)
+        try:
+            with self.db.session() as s:
+                existing = repo.list_versions(s, profile.name)
+                self._check_tokenizer(profile, existing, tokenizer, computed=True)
+                have = {r.level for r in existing}
+                todo = [lv for lv in range(1, profile.depth + 1) if lv not in have]
+                now = _now()
+                rows = [self._add_version(s, profile, lv, now, tokenizer) for lv in todo]
+                if rows:
+                    self._audit(s, actor, "keys.init", None, None)
+                before = record_profile(s, profile.name)
+                if actor is not None:
+                    append_or_fail(s, [AuditEvent.of(actor, "keys.use_profile",
+                                                     detail=f"{before or '-'} -> {profile.name}")])
+        except IntegrityError:  # a concurrent `use` or init of the same profile won: its keys stand
+            raise KeyConflict(f"keys for profile {profile.name!r} were being made concurrently; retry") from None
+        log.info("deployment profile recorded", extra={"profile": profile.name})
+        return rows, before
+
+    def record_issue(self, profile: str, detail: str, actor: Actor | None = None) -> None:
+        """Values issued at a level of the deployment's profile `profile` (its file was just appended to:
+        verifier/keys/issued.py): audited (`keys.issue`), and the profile's key epoch bumped, so every process's
+        cached decoder of it is rebuilt on the profile as it reads now (the keys themselves do not change)."""
+        with self.db.session() as s:
+            repo.bump_epoch(s, profile)
+            if actor is not None:
+                append_or_fail(s, [AuditEvent.of(actor, "keys.issue", detail=detail)])
+
     def initialize(self, profile: Profile, actor: Actor | None = None) -> list[VersionInfo]:
         return [_info(r) for r in self.initialize_rows(profile, actor)]
 

@@ -10,25 +10,31 @@ least privilege holds, and spec or scoring changes are made here once.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
 from verifier.cancel import Deadline, running
 from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, make_decoder, token_ids
 from verifier.engine.expected import NotOneValue, expected_results
-from verifier.engine.payload import value_fields
-from verifier.engine.profile import Profile
+from verifier.engine.payload import PayloadError, level_values, value_fields
+from verifier.engine.profile import Profile, ProfileError, resolve_profile
 from verifier.errors import Forbidden
 from verifier.keys.cache import CachedMaterial, MaterialCache
 from verifier.keys.decodable import VerificationMaterial
+from verifier.keys.deployment import stored_profiles
+from verifier.keys.errors import KeyStoreError
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
 from verifier.verify.decode import TextNotDecodable, decode_material
 from verifier.verify.disclosure import shape
 from verifier.verify.expect import CORRECTION
 from verifier.workslots import Busy, WorkSlots, auto_slots
+
+log = logging.getLogger("hero.verify")
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class Runner:
         self.tokenizers = tokenizers
         self.alpha = alpha
         self._lock = threading.Lock()
+        self._profiles: dict[str, Profile] = {}  # earlier profiles of the store, read once per process
 
         def prepare(profile: Profile, material: VerificationMaterial) -> Decoder | None:
             return make_decoder(profile, material.tables, alpha=self.alpha, unavailable=material.unavailable)
@@ -117,11 +124,76 @@ class Runner:
             return entry.variants[key]
 
     def run(self, job: DecodeJob) -> Decoded:
-        """The one decode function: granted level in, released results (and what was handed) out."""
+        """The one decode function: granted level in, released results (and what was handed) out.
+
+        When the key store holds keys of profiles other than the served one (`job.profile`; a deployment moved
+        with `hero profile use`), each text is decoded under the served profile and every earlier one (levels
+        1..min(granted, its depth), key material of those levels only), at alpha / P for P profiles tried; every
+        p-value is then multiplied by P (Bonferroni, capped at 1), so each verdict is the engine's on the corrected
+        p-values, and the watermarked result whose corrected text p-value is smallest is released (ties, and a text
+        no profile calls watermarked: the served profile's). Each result names its profile (`profile`)."""
         if any(lv > job.level for lv, _ in job.expect):
             raise Forbidden(f"expect names level {max(lv for lv, _ in job.expect)}, above the granted "
                                   f"level {job.level}")
-        entry = self.cache.get(job.profile, job.level)  # levels 1..job.level only
+        tried = self._tried(job)
+        if len(tried) == 1:
+            results, handed = self._run_one(job, tried[0][1])
+            for r in results:
+                r["profile"] = job.profile.name
+            return Decoded(results, handed)
+        n = len(tried)
+        per_profile: list[list[dict]] = []
+        handed: dict[int, list[str]] = {}
+        for sub, entry in tried:
+            results, got = self._run_one(replace(job, profile=sub.profile, level=sub.level, expect=sub.expect,
+                                                 alpha=job.alpha / n, token_ids=sub.token_ids), entry)
+            for r in results:
+                correct(r, n)
+                r["profile"] = sub.profile.name
+                if sub.profile is not job.profile:
+                    for e in r.get("expected") or ():  # the level of the asked fields in the served profile
+                        e["level"] = next(iter(level_values(job.profile, e["fields"])))
+            per_profile.append(results)
+            for lv, versions in got.items():
+                named = versions if sub.profile is job.profile else [f"{sub.profile.name}:{v}" for v in versions]
+                handed.setdefault(lv, []).extend(named)
+        return Decoded([_released(column) for column in zip(*per_profile, strict=True)], handed)
+
+    def _tried(self, job: DecodeJob) -> list[tuple[DecodeJob, CachedMaterial]]:
+        """The served profile's job and material, then each earlier profile of the store the grant covers (levels
+        1..min(job.level, its depth)) with a usable level-1 version: its job (the `expect` asked in its fields;
+        a profile without them is not tried) and material."""
+        served = self.cache.get(job.profile, job.level)  # levels 1..job.level only
+        tried = [(job, served)]
+        for name in stored_profiles(self.store.db):
+            if name == job.profile.name:
+                continue
+            try:
+                profile = self._profile(name)
+                level = min(job.level, profile.depth)
+                asked = _translate_expect(job, profile, level)
+                if asked is None:
+                    continue
+                entry = self.cache.get(profile, level)
+            except (ProfileError, KeyStoreError, OSError) as exc:  # an earlier profile that cannot decode: skipped
+                log.warning("earlier profile not tried", extra={"profile": name, "reason": str(exc)[:200]})
+                continue
+            if not entry.material.tables.get(1):
+                continue  # no usable level-1 version (destroyed or disabled): nothing of it can match
+            same = (profile.tokenizer, profile.tokenizer_revision) == (job.profile.tokenizer,
+                                                                       job.profile.tokenizer_revision)
+            tried.append((replace(job, profile=profile, level=level, expect=asked,
+                                  token_ids=job.token_ids if same else None), entry))
+        return tried
+
+    def _profile(self, name: str) -> Profile:
+        with self._lock:
+            if name not in self._profiles:
+                self._profiles[name] = resolve_profile(name)
+            return self._profiles[name]
+
+    def _run_one(self, job: DecodeJob, entry: CachedMaterial) -> tuple[list[dict], dict[int, list[str]]]:
+        """One profile's decode: the results as released and the versions handed."""
         ids = job.token_ids
         if ids is None and job.expect:  # tokenized once for the decode and the one-value test
             ids = token_ids(self.tokenizers.for_profile(job.profile), list(job.texts))
@@ -147,7 +219,7 @@ class Runner:
         if job.expect:
             assert ids is not None
             self._expected(job, decoder, ids, results)
-        return Decoded(results, handed_summary(entry.material))
+        return results, handed_summary(entry.material)
 
     def _expected(self, job: DecodeJob, decoder: Decoder | None, ids: list[list[int]], results: list[dict]) -> None:
         """Each result's `expected`: the one-value test of the asked values (engine/expected.py), model-free, with
@@ -191,3 +263,50 @@ class Runner:
     def close(self) -> None:
         self.cache.clear()  # decrypted material does not outlive the process
         self.tokenizers.clear()
+
+
+def _released(column: tuple[dict, ...]) -> dict:
+    """Of one text's results (served profile first), the one released: the watermarked result with the smallest
+    corrected text p-value (ties: the earlier in the list, so the served profile); the served profile's when no
+    profile calls the text watermarked (nothing matched: no earlier profile is named on an unmarked text)."""
+    marked = [r for r in column if r["watermarked"]]
+    return min(marked, key=lambda r: r["p_value"]) if marked else column[0]
+
+
+def _scaled(p: float, n: int) -> float:
+    return min(1.0, p * n)
+
+
+def correct(result: dict, n: int) -> None:
+    """Bonferroni over `n` profiles tried, in place: every p-value of the result (text, levels, candidates,
+    `expected`) times n, capped at 1 (the verdicts were made at alpha / n: the same verdicts on these values)."""
+    shift = math.log10(n)
+    result["p_value"] = _scaled(result["p_value"], n)
+    if "log10_p_value" in result:
+        result["log10_p_value"] = min(0.0, result["log10_p_value"] + shift)
+    for lv in result.get("levels", []):
+        lv["p_value"] = _scaled(lv["p_value"], n)
+        if "log10_p_value" in lv:
+            lv["log10_p_value"] = min(0.0, lv["log10_p_value"] + shift)
+        for c in lv.get("candidates") or []:
+            c["p_value"] = _scaled(c["p_value"], n)
+    for e in result.get("expected") or []:
+        e["p_value"] = _scaled(e["p_value"], n)
+        e["log10_p_value"] = min(0.0, e["log10_p_value"] + shift)
+
+
+def _translate_expect(job: DecodeJob, profile: Profile, level: int) -> tuple[tuple[int, int], ...] | None:
+    """The job's `expect` (levels and values of the served profile) in `profile`'s levels, by field name; None
+    when `profile` cannot answer it (another field set, a segmented level, a level above `level`)."""
+    if not job.expect:
+        return ()
+    fields: dict[str, int] = {}
+    for lv, value in job.expect:
+        fields.update(value_fields(job.profile, lv, value))
+    try:
+        asked = level_values(profile, fields)
+    except PayloadError:
+        return None
+    if any(lv > level or not profile.levels[lv - 1].per_value for lv in asked):
+        return None
+    return tuple(sorted(asked.items()))

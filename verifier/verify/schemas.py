@@ -168,6 +168,17 @@ class ResultOut(BaseModel):
         "short of alpha is not flagged), `mixed-sources` (some level is mixed)",
     )
     spec_version: int | None = Field(default=None, description="watermark spec version of the profile used")
+    profile: str | None = Field(
+        default=None,
+        # absent (not null) on results stored before the field existed: they serialise, and hash into their
+        # receipts, exactly as before
+        exclude_if=lambda v: v is None,
+        description="the profile whose keys this result was decoded with: the profile the deployment serves, or "
+        "an earlier one it served (its keys are kept: `hero profile use`) when that explains the text best. With "
+        "keys of P profiles every p-value here is Bonferroni-corrected for the P profiles tried (min(1, P x p)) "
+        "and `watermarked` is read on the corrected values; the released result is the profile's with the "
+        "smallest corrected p-value (ties: the served profile)",
+    )
     scoring: Literal["model-free", "model-aware"] = Field(
         default="model-free",
         description="how the evidence was weighed: `model-free` (every scored token alike, the default) or "

@@ -256,3 +256,69 @@ def test_api_docs_render_with_no_network(browser, live):
     screenshot(page, "docs")
     page.goto("/redoc")
     page.get_by_role("heading", name=re.compile("HeRo Verifier")).first.wait_for()
+
+
+def test_sign_out_forgets_the_text_expect_results_and_jobs(browser, live):
+    """Issue 52 ("Also:"): after sign-out the console kept the previous user's text, `expect` and result on screen,
+    so a second role signing in on a shared browser saw them and silently sent the same `expect`. Now sign-out
+    clears the forms, results, job progress and detail, the tables and the tab's storage, and drops any answer
+    still in flight."""
+    page = browser.page(live.url)
+    sign_in(page, "auditor")
+    page.get_by_label("Text", exact=True).fill(live.texts[0])
+    page.locator("#verify-expect").fill("user=5")  # level 2 (the default profile segments level 1)
+    page.get_by_role("button", name="Verify", exact=True).click()
+    page.wait_for_selector("#verify-result [data-testid=expected]")
+    page.get_by_role("link", name="Jobs").click()
+    page.locator("#job-separator").fill("---")
+    page.locator("#job-file").set_input_files(files=[{
+        "name": "texts.json", "mimeType": "application/json", "buffer": json.dumps([live.texts[0]]).encode()}])
+    page.get_by_role("button", name="Submit job").click()
+    page.locator("[data-testid=job-progress]").get_by_text("done").wait_for(timeout=600_000)
+    page.wait_for_selector("#job-detail article.result")
+    assert "console-auditor" in page.locator("#jobs-table tbody").inner_text()
+
+    # A verify still in flight when the auditor signs out: its answer must never reach the next user's screen.
+    held = []
+    page.route("**/v1/verify", lambda route: held.append(route))
+    page.get_by_role("link", name="Verify").click()
+    page.get_by_role("button", name="Verify", exact=True).click()
+    expect(page.locator("#status")).to_contain_text("Verifying")
+    for _ in range(1800):  # the route handler runs while Playwright waits
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert len(held) == 1
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_selector("#page-signin:not([hidden])")
+    assert page.evaluate("sessionStorage.length") == 0
+    assert page.locator("#token").input_value() == ""
+
+    page.get_by_role("button", name="Sign in as moderator").click()
+    page.wait_for_selector("#nav:not([hidden])")
+    assert page.locator("#who-text").inner_text().startswith("console-moderator")
+    receipt_doc = {"leaf_index": 0, "inclusion_proof": [], "checkpoint": "x", "event": {}}
+    held[0].fulfill(status=200, content_type="application/json",  # the auditor's answer arrives now
+                    body=json.dumps({"results": [{**MIXED, "receipt": receipt_doc}]}))
+    page.unroute("**/v1/verify")
+    page.wait_for_timeout(500)  # time for the held answer to be rendered, had it been kept
+    assert page.get_by_label("Text", exact=True).input_value() == ""
+    assert page.locator("#verify-expect").input_value() == ""
+    assert page.locator("#verify-result").inner_text() == ""
+    assert page.locator("#verify-result *").count() == 0
+    page.get_by_role("link", name="Jobs").click()
+    assert page.locator("#job-current").inner_text() == "" and page.locator("#job-detail").inner_text() == ""
+    assert page.locator("#job-separator").input_value() == ""
+    assert page.locator("#job-file").evaluate("f => f.files.length") == 0
+    expect(page.locator("#jobs-table tbody")).to_contain_text("No jobs yet.")
+    assert "console-auditor" not in page.locator("body").inner_text()
+    assert page.locator("a.download").count() == 0
+
+    # The moderator's own verify sends no `expect` it did not type.
+    page.get_by_role("link", name="Verify").click()
+    page.get_by_label("Text", exact=True).fill(UNMARKED)
+    with page.expect_request("**/v1/verify") as sent:
+        page.get_by_role("button", name="Verify", exact=True).click()
+    assert json.loads(sent.value.post_data) == {"texts": [UNMARKED]}
+    page.wait_for_selector("#verify-result [data-testid=verdict]")
+    assert page.locator("#verify-result [data-testid=expected]").count() == 0

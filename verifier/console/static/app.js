@@ -2,7 +2,8 @@
 "use strict";
 (function () {
   const TOKEN_KEY = "hero.console.token";
-  const state = { me: null, config: null, jobsOffset: 0, auditAfter: 0, pollTimer: null, page: null, jobTexts: {} };
+  const state = { me: null, config: null, jobsOffset: 0, auditAfter: 0, pollTimer: null, page: null, jobTexts: {},
+    watching: null, epoch: 0, blobUrls: [] };
   const $ = (id) => document.getElementById(id);
 
   // DOM builder: text nodes only (no HTML parsing of strings), so nothing from a response is ever parsed as HTML.
@@ -29,13 +30,19 @@
 
   function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
+  // An answer that arrives after a sign-out (or a new sign-in) belongs to the previous user: it is dropped (the
+  // promise never settles, so no caller renders it), never shown to whoever is signed in now.
+  const DROPPED = new Promise(() => {});
   async function api(method, path, body) {
+    const epoch = state.epoch;
     const headers = {};
     const t = token();
     if (t) headers.Authorization = "Bearer " + t;
     if (body !== undefined) headers["Content-Type"] = "application/json";
-    const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store" });
     const text = await r.text();
+    if (epoch !== state.epoch) return DROPPED;
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (e) { data = text; }
     if (!r.ok) {
@@ -209,18 +216,43 @@
     }
   }
 
-  function signOut(msg) {
-    sessionStorage.removeItem(TOKEN_KEY);
+  // Everything a sign-in put on screen or in memory goes on sign-out: the forms (text, `expect`, files, filters,
+  // the token box), results, job progress and detail, the tables, download links and any answer still in flight,
+  // so whoever signs in next on this browser sees none of it and sends nothing of it.
+  function forget() {
+    state.epoch += 1;
+    clearTimeout(state.pollTimer);
+    state.pollTimer = null;
+    state.watching = null;
     state.me = null;
     state.jobTexts = {};
+    state.jobsOffset = 0;
+    state.auditAfter = 0;
+    for (const u of state.blobUrls) URL.revokeObjectURL(u);
+    state.blobUrls = [];
+    for (const f of document.querySelectorAll("form")) f.reset();
+    for (const id of ["verify-text", "verify-expect", "verify-file", "job-file", "job-separator", "token",
+      "destroy-confirm"]) $(id).value = "";
+    for (const id of ["verify-result", "job-current", "job-detail"]) $(id).replaceChildren();
+    for (const id of ["jobs-table", "keys-table", "audit-table"]) $(id).tBodies[0].replaceChildren();
+    $("audit-chain").textContent = "";
+    $("who-text").textContent = "";
+    $("jobs-more").hidden = true;
+    $("audit-more").hidden = true;
+    if ($("destroy-dialog").open) $("destroy-dialog").close();
+  }
+
+  function signOut(msg) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    forget();
     location.hash = "#signin";
     route();
     say(msg || "Signed out.");  // after the page change, which clears the previous page's line
   }
 
   async function signIn(t) {
+    forget();  // nothing of an earlier sign-in in this tab carries over (a token pasted over another one)
     sessionStorage.setItem(TOKEN_KEY, t.trim());
-    state.me = null;
     await loadMe();
     if (state.me) { location.hash = "#verify"; await route(); say("Signed in as " + state.me.role + "."); $("main").focus(); }
   }
@@ -440,7 +472,9 @@
 
   function downloadLink(data) {
     const blob = new Blob([JSON.stringify(data, null, 1)], { type: "application/json" });
-    return el("a", { href: URL.createObjectURL(blob), download: "hero-job-" + data.job_id + ".json", class: "download" },
+    const href = URL.createObjectURL(blob);
+    state.blobUrls.push(href);  // revoked on sign-out
+    return el("a", { href, download: "hero-job-" + data.job_id + ".json", class: "download" },
       "Download results (JSON)");
   }
 

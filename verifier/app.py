@@ -132,7 +132,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail if isinstance(exc.detail, str) else "request failed"
-        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # Starlette names the first matching route's methods only: name every route's
+            allow = allowed_methods(request.app, request.url.path)
+            headers = {**(headers or {}), "Allow": allow} if allow else headers
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -224,6 +228,21 @@ _NO_NATIVE_TELEMETRY: dict = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {}
 )
+
+
+def allowed_methods(app, path: str) -> str | None:
+    """The documented methods at `path` (a path's GET and POST are often two routes, and Starlette's 405 names
+    the first one's only), for a 405's `Allow` (RFC 9110 section 15.5.6); None for a path the OpenAPI omits."""
+    import re
+
+    table = getattr(app.state, "allow_table", None)
+    if table is None:
+        table = [(re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(p)) + "$"),
+                  {m.upper() for m in ops if m in ("get", "put", "post", "delete", "patch", "head", "options")})
+                 for p, ops in app.openapi().get("paths", {}).items()]
+        app.state.allow_table = table
+    methods = set().union(*(m for rx, m in table if rx.match(path)))
+    return ", ".join(sorted(methods)) or None
 
 
 def create_app(

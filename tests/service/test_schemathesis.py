@@ -1,7 +1,10 @@
 """Property-based API fuzzing from the OpenAPI schema: no operation may answer 5xx, and every answer conforms to
-the schema (documented status code, content type, headers and body shape)."""
+the schema (documented status code, content type, headers and body shape). Bounded (150 examples, ~15 s on 2
+cores); HERO_FUZZ_EXAMPLES=3000 for a longer run (issue 52: 0 server errors, 0 undocumented status codes)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import schemathesis
@@ -10,6 +13,7 @@ from hypothesis import HealthCheck, settings
 from tests.helpers.service import cached_tokenizer_loader, make_settings
 
 pytestmark = pytest.mark.slow
+EXAMPLES = int(os.environ.get("HERO_FUZZ_EXAMPLES", "150"))
 
 
 @pytest.fixture
@@ -46,7 +50,7 @@ def test_no_server_errors(fuzz_app):
     seen = set()
 
     @given(data=st.data())
-    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def run(data):
         op = data.draw(st.sampled_from(ops))
         case = data.draw(op.as_strategy())

@@ -30,7 +30,7 @@ from torch import Tensor
 from gpu.scoring import LevelKeys, ScoringSpec
 
 SOURCE = Path(__file__).parent / "_native" / "hero_kernels.c"
-ABI = 9  # must match PyModule_AddIntConstant(m, "ABI", ...) in the C source
+ABI = 10  # must match PyModule_AddIntConstant(m, "ABI", ...) in the C source
 _MODULE: ModuleType | None = None
 _TRIED = False
 _ERROR: str | None = None
@@ -171,6 +171,7 @@ def segment_scores(
         _i64(int(tb.seed_key is not None) for tb in tables).numpy(),
         _i64(0 if tb.seed_key is None else int(tb.seed_key[0].reshape(-1)[0]) for tb in tables).numpy(),
         _i64(0 if tb.seed_key is None else int(tb.seed_key[1].reshape(-1)[0]) for tb in tables).numpy(),
+        _i64(() if spec.read is None else spec.read.words()).numpy(),
     )
     res, off = [], 0
     for s in shapes:
@@ -178,6 +179,24 @@ def segment_scores(
         res.append(out[off : off + n].view(s))
         off += n
     return res, counts
+
+
+def scored_positions(ids: Tensor, lengths: Tensor, h: int, position_key: tuple[Tensor, Tensor],
+                     segments: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The scored positions of a right-padded batch (gpu/scoring.py's rule) as row, text index and position
+    segment ([N] int64 each, rows in order, positions in text order; spec v5's lane with 100 segments)."""
+    mod = load()
+    if mod is None:
+        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
+    ids = ids.detach().to("cpu", torch.int64).contiguous()
+    lengths = lengths.detach().to("cpu", torch.int64).contiguous()
+    b, t = ids.shape
+    m = b * max(t - h, 0)
+    row, pos, seg = (torch.empty(m, dtype=torch.int64) for _ in range(3))
+    mask = (1 << 64) - 1
+    n = mod.scored_positions(ids.numpy(), lengths.numpy(), b, t, h, int(position_key[0]) & mask,
+                             int(position_key[1]) & mask, segments, row.numpy(), pos.numpy(), seg.numpy())
+    return row[:n], pos[:n], seg[:n]
 
 
 def prf_seed(k0: Tensor, k1: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:

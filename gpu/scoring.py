@@ -8,6 +8,8 @@ W = 1 is the whole text and W > 1 lets a decoder compare prefixes and suffixes (
 A *segmented* table (v1, v2 level 1) has one cell per position segment k_t (from the position key);
 a *per-value* table (v2 private levels: one key per whole field value) has a single cell. A *seeded*
 table (spec v3) carries a level key: per token one SipHash seed, per candidate that seed XOR its value key.
+A *read filter* (spec v5, `ReadFilter`) keeps only the scored positions one level reads under one hypothesis
+(segments are then the 100 lanes); windows and counts are taken over the kept positions only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,42 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+READ_LANES = 100  # spec v5 lanes: a position's lane is its segment with 100 segments
+
+
+@dataclass(frozen=True)
+class ReadFilter:
+    """Spec v5 (docs/spec.md section 19): keep the scored positions whose level is `level`. A position's lane
+    q = (u0 * 100) >> 32 (its segment, with 100 segments); its level is 1 if q < P, else
+    2 + (q - P)(depth - 1) div (100 - P), where P = `front_public` at text index t < `front_tokens` and `public`
+    elsewhere (the `verbatim` hypothesis), or `public` everywhere (`excerpt`)."""
+
+    front_tokens: int
+    front_public: int
+    public: int
+    depth: int
+    level: int
+    excerpt: bool = False
+
+    def __post_init__(self) -> None:
+        ok = (self.front_tokens >= 0 and 0 <= self.front_public <= READ_LANES and 0 <= self.public <= READ_LANES
+              and 1 <= self.level <= self.depth)
+        if not ok:
+            raise ValueError(f"bad read filter {self}")
+
+    def words(self) -> tuple[int, ...]:
+        """The filter as the C kernel's int64 words."""
+        return (self.front_tokens, self.front_public, self.public, self.depth, self.level, int(self.excerpt))
+
+    def keep(self, position: Tensor, lane: Tensor) -> Tensor:
+        """Whether each scored position (text index, lane) is read (vectorised `v5_level(...) == level`)."""
+        if self.excerpt:
+            pct = torch.full_like(position, self.public)
+        else:
+            pct = torch.where(position < self.front_tokens, self.front_public, self.public)
+        deeper = 2 + (lane - pct).clamp(min=0) * (self.depth - 1) // (READ_LANES - pct).clamp(min=1)
+        return torch.where(lane < pct, 1, deeper) == self.level
 
 
 @dataclass(frozen=True)
@@ -28,11 +66,14 @@ class ScoringSpec:
     segments: int
     stride: int = 0  # interleaved routing layout (spec section 6.1); 0 = contiguous
     windows: int = 1
+    read: ReadFilter | None = None  # spec v5: score only the positions one level reads (segments = lanes)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", tuple(int(k) for k in self.schedule))
         if self.windows < 1 or self.segments < 1 or not 1 <= self.context_width <= 16:
             raise ValueError(f"bad scoring settings {self}")
+        if self.read is not None and self.segments != READ_LANES:
+            raise ValueError(f"a read filter needs {READ_LANES} segments (the lanes), not {self.segments}")
 
 
 @dataclass(frozen=True)
@@ -58,12 +99,13 @@ class LevelKeys:
 @dataclass
 class ScoredTokens:
     """The scored positions of a batch, flattened in (row, position) order: row, context [N, h], token,
-    and window (see the module docstring)."""
+    window (see the module docstring) and text index."""
 
     row: Tensor
     context: Tensor
     token: Tensor
     window: Tensor
+    position: Tensor
 
 
 def scored_tokens(ids: Tensor, lengths: Tensor, h: int, windows: int = 1) -> ScoredTokens:
@@ -72,7 +114,7 @@ def scored_tokens(ids: Tensor, lengths: Tensor, h: int, windows: int = 1) -> Sco
     dev = ids.device
     if t <= h:
         empty = torch.zeros(0, dtype=torch.int64, device=dev)
-        return ScoredTokens(empty, torch.zeros(0, h, dtype=torch.int64, device=dev), empty, empty)
+        return ScoredTokens(empty, torch.zeros(0, h, dtype=torch.int64, device=dev), empty, empty, empty)
     ctx = ids.unfold(1, h, 1)[:, : t - h]  # [B, T-h, h]
     tok = ids[:, h:]
     pos = torch.arange(h, t, device=dev).unsqueeze(0).expand(b, -1)
@@ -80,14 +122,25 @@ def scored_tokens(ids: Tensor, lengths: Tensor, h: int, windows: int = 1) -> Sco
     rows = torch.arange(b, device=dev).unsqueeze(1).expand(-1, t - h)
     flat_rows, flat_ctx, flat_tok, flat_pos = rows[valid], ctx[valid], tok[valid], pos[valid]
     if flat_rows.numel() == 0:
-        return ScoredTokens(flat_rows, flat_ctx, flat_tok, flat_rows)
+        return ScoredTokens(flat_rows, flat_ctx, flat_tok, flat_rows, flat_pos)
     keyed = torch.cat([flat_rows.unsqueeze(1), flat_ctx], dim=1)
     _, inverse = torch.unique(keyed, dim=0, return_inverse=True)
     first = torch.full((int(inverse.max()) + 1,), t, dtype=torch.int64, device=dev)
     first = first.scatter_reduce(0, inverse, flat_pos, reduce="amin")
     keep = flat_pos == first[inverse]
     row = flat_rows[keep]
-    return ScoredTokens(row, flat_ctx[keep], flat_tok[keep], token_windows(row, b, windows))
+    return ScoredTokens(row, flat_ctx[keep], flat_tok[keep], token_windows(row, b, windows), flat_pos[keep])
+
+
+def read_tokens(st: ScoredTokens, lane: Tensor, spec: ScoringSpec, batch: int) -> tuple[ScoredTokens, Tensor]:
+    """The scored tokens `spec.read` keeps (all of them without a filter) and their lanes, windows assigned by
+    rank among the kept tokens of each row."""
+    if spec.read is None:
+        return st, lane
+    k = spec.read.keep(st.position, lane)
+    row = st.row[k]
+    kept = ScoredTokens(row, st.context[k], st.token[k], token_windows(row, batch, spec.windows), st.position[k])
+    return kept, lane[k]
 
 
 def token_windows(row: Tensor, batch: int, windows: int) -> Tensor:

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from gpu import prf
 from gpu.partition import routing_paths
-from gpu.scoring import LevelKeys, ScoringSpec, empty_outputs, scored_tokens
+from gpu.scoring import LevelKeys, ScoringSpec, empty_outputs, read_tokens, scored_tokens
 
 CHUNK_ELEMENTS = 1 << 20  # tokens x candidates per PRF pass (bounds the int64 temporaries)
 
@@ -33,7 +33,9 @@ def segment_scores(
     if st.row.numel() == 0:
         return scores, counts
     s0, s1 = prf.prf_seed(position_key[0], position_key[1], st.context)
-    seg = prf.position_of(s0, s1, spec.segments)
+    st, seg = read_tokens(st, prf.position_of(s0, s1, spec.segments), spec, b)
+    if st.row.numel() == 0:
+        return scores, counts
     rw = st.row * spec.windows + st.window
     counts = torch.bincount(rw * spec.segments + seg, minlength=b * spec.windows * spec.segments)
     counts = counts.view(b, spec.windows, spec.segments)

@@ -8,8 +8,8 @@ word s_l and -log(1 - U) in float64, added into the program's [window x cell, ca
 cell is a sequential sum in text order (no float atomics): deterministic, the reference's order.
 Spec v3 tables (a level key): `_seed_kernel` computes each token's level seed once, and
 `_score_seeded_kernel` draws one Philox block per candidate from (seed XOR value key).
-Context masking, windows, routing paths and message packing reuse the torch code (gpu/scoring.py,
-gpu/partition.py, gpu/prf.py).
+Context masking, windows, routing paths, message packing and spec v5's read filter reuse the torch code
+(gpu/scoring.py, gpu/partition.py, gpu/prf.py).
 
 Integer work is bit-exact; the evidence uses the device's float64 log (libdevice on CUDA, numpy under
 TRITON_INTERPRET=1), which may differ from libm in the last bit for rare inputs.
@@ -25,7 +25,7 @@ from torch import Tensor
 
 from gpu import prf, torch_kernel
 from gpu.partition import routing_paths
-from gpu.scoring import LevelKeys, ScoringSpec, empty_outputs, scored_tokens
+from gpu.scoring import LevelKeys, ScoringSpec, empty_outputs, read_tokens, scored_tokens
 
 try:  # Triton is optional (CUDA machines); the CPU install never needs it.
     import triton
@@ -222,6 +222,13 @@ def segment_scores(
     seg = torch.empty(n, dtype=torch.int64, device=device)
     pk0, pk1 = (prf.s64(int(x)) for x in position_key)
     _position_kernel[(triton.cdiv(n, block),)](msg, pk0, pk1, seg, n, spec.segments, NW=nw, BLOCK=block)
+    if spec.read is not None:  # spec v5: only the positions the level reads (windows among those)
+        keep = spec.read.keep(st.position, seg)
+        st, seg = read_tokens(st, seg, spec, b)
+        msg = msg[keep].contiguous()
+        n = int(st.row.numel())
+        if n == 0:
+            return scores, counts
     rw = st.row * spec.windows + st.window
     counts = torch.bincount(rw * spec.segments + seg, minlength=b * spec.windows * spec.segments)
     counts = counts.view(b, spec.windows, spec.segments)

@@ -17,6 +17,10 @@
  * Spec v3 ("seeded" tables): one SipHash-2-4-128 seed per token and table under the level key (phase 2),
  * then per candidate one Philox4x32-10 block of (seed XOR the candidate's value key) (phase 3).
  *
+ * Spec v5 read filter (optional, segments = the 100 lanes): after phase 2's segments, only the tokens whose level
+ * (from the lane and the text index, ReadFilter in gpu/scoring.py) is the filter's level are kept, in order; seeds,
+ * windows (by rank among the kept tokens), scores and counts then see the kept tokens only.
+ *
  * Work split: (1) context masking (dedup) per row and the window of each token, sequential; (2) per
  * scored token (threads over tokens): message words, segment, routing path; (3) work items (row, table, slice of 256
  * candidates) from a shared counter: each item owns its cells and walks the row's tokens in order,
@@ -133,6 +137,8 @@ typedef struct {
     const int64_t *seeded;
     const uint64_t *sk0, *sk1;
     uint64_t *tseed;
+    /* spec v5: NULL, or (front_tokens, front_public, public, depth, level, excerpt) */
+    const int64_t *read;
 } Work;
 
 typedef struct {
@@ -636,14 +642,17 @@ static void *slice_main(void *arg) {
     Slice *s = (Slice *)arg;
     if (s->phase == 2) {
         isa->prepare_tokens(s->w, s->lo, s->hi);
+        if (!s->w->read) prepare_seeds(s->w, s->lo, s->hi);
+    } else if (s->phase == 4)
         prepare_seeds(s->w, s->lo, s->hi);
-    } else
+    else
         run_items(s->w);
     return NULL;
 }
 #endif
 
-/* Runs phase 2 (token slices) or phase 3 (shared item queue) on nt threads, the caller included. */
+/* Runs phase 2 (token slices), phase 4 (seeds of kept tokens, token slices) or phase 3 (shared item queue) on nt
+ * threads, the caller included. */
 static void parallel(Work *w, int phase, int nt) {
 #if HERO_THREADS
     if (nt > 1) {
@@ -669,8 +678,10 @@ static void parallel(Work *w, int phase, int nt) {
 #endif
     if (phase == 2) {
         isa->prepare_tokens(w, 0, w->n);
+        if (!w->read) prepare_seeds(w, 0, w->n);
+    } else if (phase == 4)
         prepare_seeds(w, 0, w->n);
-    } else
+    else
         run_items(w);
 }
 
@@ -722,6 +733,28 @@ static int64_t select_tokens(const int64_t *ids, const int64_t *lengths, int64_t
     return n;
 }
 
+/* Spec v5 read filter: keeps, in order, the tokens whose level (lane = seg, segments = 100) is rd[4]; the kept
+ * tokens' row, position, segment, routing path and message move down. Returns the kept count. */
+static int64_t read_filter(Work *w) {
+    const int64_t *rd = w->read, L1 = w->nsched + 1;
+    int64_t k = 0;
+    for (int64_t i = 0; i < w->n; i++) {
+        const int64_t q = w->seg[i];
+        const int64_t pct = (!rd[5] && w->tok_pos[i] < rd[0]) ? rd[1] : rd[2];
+        const int64_t level = q < pct ? 1 : 2 + (q - pct) * (rd[3] - 1) / (100 - pct);
+        if (level != rd[4]) continue;
+        if (k != i) {
+            ((int64_t *)w->tok_row)[k] = w->tok_row[i];
+            ((int64_t *)w->tok_pos)[k] = w->tok_pos[i];
+            w->seg[k] = q;
+            memmove(w->path + k * L1, w->path + i * L1, (size_t)L1 * sizeof(int64_t));
+            memmove(w->msg + k * w->nwords, w->msg + i * w->nwords, (size_t)w->nwords * sizeof(uint64_t));
+        }
+        k++;
+    }
+    return k;
+}
+
 /* Scratch memory of one call. One block is kept between calls and lent to one call at a time (others,
  * if any run at once, malloc their own): a fresh multi-megabyte block per call goes back to the OS at
  * free() and page-faults in again on the next call (~400 faults per 128-text call: ~2.5 us per text). */
@@ -763,20 +796,22 @@ static int check_len(Py_buffer *b, Py_ssize_t nbytes, const char *name) {
 
 PyDoc_STRVAR(segment_scores_doc,
              "segment_scores(ids, lengths, B, T, h, vocab, schedule, segments, windows, pk0, pk1, levels, sizes,"
-             " per_value, k0, k1, out, counts, nthreads, stride, seeded, sk0, sk1) -> scored token count\n\n"
+             " per_value, k0, k1, out, counts, nthreads, stride, seeded, sk0, sk1, read) -> scored token count\n\n"
              "ids int64[B*T], lengths int64[B], schedule int64[L-1], levels/sizes/per_value int64[ntables],\n"
              "k0/k1 int64[sum sizes] (key words), out float64 (zeroed): table t as [B, W, cells_t, C_t] one after\n"
              "the other (cells_t = 1 if per_value[t] else segments), counts int64[B*W*segments] (zeroed);\n"
-             "seeded/sk0/sk1 int64[ntables]: spec v3 tables (seeded != 0) and their level key words.");
+             "seeded/sk0/sk1 int64[ntables]: spec v3 tables (seeded != 0) and their level key words;\n"
+             "read int64[0] (no filter) or int64[6]: spec v5 read filter (front_tokens, front_public, public,\n"
+             "depth, level, excerpt), segments must be 100; the count returned is then of the kept tokens.");
 
 static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
-    Py_buffer ids, lengths, schedule, levels, sizes, per_value, k0, k1, out, counts, seeded, sk0, sk1;
+    Py_buffer ids, lengths, schedule, levels, sizes, per_value, k0, k1, out, counts, seeded, sk0, sk1, readf;
     Py_ssize_t B, T, h, vocab, segments, windows, stride;
     unsigned long long pk0, pk1;
     int nthreads;
-    if (!PyArg_ParseTuple(args, "y*y*nnnny*nnKKy*y*y*y*y*w*w*iny*y*y*", &ids, &lengths, &B, &T, &h, &vocab,
+    if (!PyArg_ParseTuple(args, "y*y*nnnny*nnKKy*y*y*y*y*w*w*iny*y*y*y*", &ids, &lengths, &B, &T, &h, &vocab,
                           &schedule, &segments, &windows, &pk0, &pk1, &levels, &sizes, &per_value, &k0, &k1, &out,
-                          &counts, &nthreads, &stride, &seeded, &sk0, &sk1))
+                          &counts, &nthreads, &stride, &seeded, &sk0, &sk1, &readf))
         return NULL;
     PyObject *result = NULL;
     int64_t *tok_row = NULL, *tok_pos = NULL, *seg = NULL, *win = NULL, *path = NULL, *table = NULL;
@@ -788,6 +823,12 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
     if (B < 0 || T < 0 || h < 1 || h > 16 || vocab < 1 || segments < 1 || windows < 1 || nsched > 62 ||
         stride < 0) {
         PyErr_SetString(PyExc_ValueError, "bad shape or parameter");
+        goto done;
+    }
+    const int64_t *rd = readf.len ? (const int64_t *)readf.buf : NULL;
+    if (readf.len && (readf.len != 6 * 8 || segments != 100 || rd[0] < 0 || rd[1] < 0 || rd[1] > 100 || rd[2] < 0 ||
+                     rd[2] > 100 || rd[4] < 1 || rd[4] > rd[3])) {
+        PyErr_SetString(PyExc_ValueError, "bad read filter");
         goto done;
     }
     if (!check_len(&ids, B * T * 8, "ids") || !check_len(&lengths, B * 8, "lengths") ||
@@ -850,12 +891,23 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
         Work w = {pids, B, T, h, vocab, segments, windows, nsched, ntables, schedule.buf, levels.buf, sizes.buf,
                   per_value.buf, stride, k0.buf, k1.buf, koff, (uint64_t)pk0, (uint64_t)pk1, 0, tok_row, tok_pos,
                   row_start, seg, win, path, msg, nwords, out.buf, ooff, SLICE, 0, first, 0,
-                  seeded.buf, sk0.buf, sk1.buf, tseed};
+                  seeded.buf, sk0.buf, sk1.buf, tseed, rd};
         int64_t n;
         Py_BEGIN_ALLOW_THREADS
         n = select_tokens(pids, plen, B, T, h, tok_row, tok_pos, table, cap);
         if (n < 0) goto unlock;
         w.n = n;
+        int nt = nthreads < 1 ? 1 : (nthreads > 64 ? 64 : nthreads);
+        /* Phase 2 starts a thread only for >= 1024 tokens of work: starting one costs ~100 us on a small VM,
+           about 500 tokens' worth (a single ~220-token text was ~100 us slower with two threads than one). */
+        int64_t per = n / 1024;
+        int nt2 = per < nt ? (per > 0 ? (int)per : 1) : nt;
+        parallel(&w, 2, nt2);
+        if (rd) { /* spec v5: the level's tokens only, then their seeds */
+            n = w.n = read_filter(&w);
+            per = n / 1024;
+            parallel(&w, 4, per < nt ? (per > 0 ? (int)per : 1) : nt);
+        }
         for (int64_t r = 0, i = 0; r <= B; r++) {
             while (i < n && tok_row[i] < r) i++;
             row_start[r] = i;
@@ -868,12 +920,6 @@ static PyObject *py_segment_scores(PyObject *self, PyObject *args) {
                 win[row_start[r] + rank] = k;
             }
         }
-        int nt = nthreads < 1 ? 1 : (nthreads > 64 ? 64 : nthreads);
-        /* Phase 2 starts a thread only for >= 1024 tokens of work: starting one costs ~100 us on a small VM,
-           about 500 tokens' worth (a single ~220-token text was ~100 us slower with two threads than one). */
-        int64_t per = n / 1024;
-        int nt2 = per < nt ? (per > 0 ? (int)per : 1) : nt;
-        parallel(&w, 2, nt2);
         w.nitems = B * first[ntables];
         int nt3 = w.nitems < nt ? (int)(w.nitems > 0 ? w.nitems : 1) : nt;
         if (n * ctot < 4096) nt3 = 1; /* tiny problems: thread start-up costs more than the work */
@@ -905,6 +951,70 @@ done:
     PyBuffer_Release(&seeded);
     PyBuffer_Release(&sk0);
     PyBuffer_Release(&sk1);
+    PyBuffer_Release(&readf);
+    return result;
+}
+
+PyDoc_STRVAR(scored_positions_doc,
+             "scored_positions(ids, lengths, B, T, h, pk0, pk1, segments, row, pos, seg) -> scored token count n\n\n"
+             "The scored positions of a right-padded batch (ids int64[B*T], lengths int64[B]; gpu/scoring.py's rule):\n"
+             "row/pos int64[B*max(T-h, 0)] get each one's row and text index (rows in order, text order), seg the\n"
+             "position segment (word 0 of its position stream under (pk0, pk1), times segments, >> 32; spec v5's\n"
+             "lane with 100 segments). Entries from n on are left as they were.");
+
+static PyObject *py_scored_positions(PyObject *self, PyObject *args) {
+    Py_buffer ids, lengths, row, pos, seg;
+    Py_ssize_t B, T, h, segments;
+    unsigned long long pk0, pk1;
+    if (!PyArg_ParseTuple(args, "y*y*nnnKKnw*w*w*", &ids, &lengths, &B, &T, &h, &pk0, &pk1, &segments, &row, &pos,
+                          &seg))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *table = NULL;
+    const int64_t maxn = B * (T > h ? T - h : 0);
+    if (B < 0 || T < 0 || h < 1 || h > 16 || segments < 1) {
+        PyErr_SetString(PyExc_ValueError, "bad shape or parameter");
+        goto done;
+    }
+    if (!check_len(&ids, B * T * 8, "ids") || !check_len(&lengths, B * 8, "lengths") ||
+        !check_len(&row, maxn * 8, "row") || !check_len(&pos, maxn * 8, "pos") || !check_len(&seg, maxn * 8, "seg"))
+        goto done;
+    {
+        int64_t cap = 2, n;
+        while (cap < 2 * (T > h ? T - h : 1)) cap <<= 1;
+        table = malloc((size_t)cap * sizeof(int64_t));
+        if (!table) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        int64_t *prow = row.buf, *ppos = pos.buf, *pseg = seg.buf;
+        const int64_t *pids = ids.buf;
+        Py_BEGIN_ALLOW_THREADS
+        n = select_tokens(pids, lengths.buf, B, T, h, prow, ppos, table, cap);
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t *ctx = pids + prow[i] * T + (ppos[i] - h);
+            uint64_t msg[9], s0, s1;
+            for (int64_t k = 0; k < h / 2; k++)
+                msg[k] = ((uint64_t)ctx[2 * k] & 0xFFFFFFFFULL) | ((uint64_t)ctx[2 * k + 1] << 32);
+            uint64_t last = (uint64_t)((4 * h) & 0xFF) << 56;
+            if (h & 1) last |= (uint64_t)ctx[h - 1] & 0xFFFFFFFFULL;
+            msg[h / 2] = last;
+            siphash128((uint64_t)pk0, (uint64_t)pk1, msg, (int)(h / 2 + 1), &s0, &s1);
+            pseg[i] = (int64_t)(((uint64_t)philox_word(s0, s1, 0) * (uint64_t)segments) >> 32);
+        }
+        Py_END_ALLOW_THREADS
+        if (n < 0)
+            PyErr_SetString(PyExc_ValueError, "token ids must be in [0, 2^32)");
+        else
+            result = PyLong_FromLongLong(n);
+    }
+done:
+    free(table);
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&row);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&seg);
     return result;
 }
 
@@ -2075,6 +2185,7 @@ static PyMethodDef methods[] = {
     {"isas", py_isas, METH_NOARGS, isas_doc},
     {"segment_scores", py_segment_scores, METH_VARARGS, segment_scores_doc},
     {"prf_seeds", py_prf_seeds, METH_VARARGS, prf_seeds_doc},
+    {"scored_positions", py_scored_positions, METH_VARARGS, scored_positions_doc},
     {"philox_stream", py_philox_stream, METH_VARARGS, philox_stream_doc},
     {"sample_step", py_sample_step, METH_VARARGS, sample_step_doc},
     {"fast_step", py_fast_step, METH_VARARGS, fast_step_doc},
@@ -2094,7 +2205,7 @@ PyMODINIT_FUNC PyInit__hero_kernels(void) {
     fast_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     PyObject *m = PyModule_Create(&module);
-    if (m) PyModule_AddIntConstant(m, "ABI", 9); /* 9: spec v5 in sample_step */
+    if (m) PyModule_AddIntConstant(m, "ABI", 10); /* 10: spec v5 read filter, scored_positions */
 #ifdef HERO_SOURCE_SHA
     /* the SHA-256 of this file at build time (setup.py, gpu/cpu_kernel.py): a build older than the source is stale */
     if (m && PyModule_AddStringConstant(m, "SOURCE_SHA", HERO_SOURCE_SHA) < 0) {

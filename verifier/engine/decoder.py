@@ -234,7 +234,7 @@ class Decoder:
             levels = [self._level_result(lv, r.table, r.attribution, [len(r.positions)], ids, r.positions)
                       for lv, r in enumerate(reads, start=1)]
             hang_on_level1(levels, self.unavailable)
-            n_scored = len(reference.scored_positions(list(ids), self.profile.context_width))
+            n_scored = reads[0].scored
             watermarked, log_p = text_verdict(levels, n_scored, self.alpha)
             out.append(DecodeResult(watermarked=watermarked, p_value=stats.to_p(log_p), log10_p_value=_log10(log_p),
                                     key_version=levels[0].key_version, tokens_scored=n_scored, levels=levels,

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -119,8 +120,8 @@ def default_threads() -> int:
     return max(1, torch.get_num_threads())
 
 
-def _i64(values) -> Tensor:
-    return torch.as_tensor(list(values), dtype=torch.int64)
+def _i64(values) -> np.ndarray:
+    return np.array(list(values), dtype=np.int64)
 
 
 def segment_scores(
@@ -154,24 +155,24 @@ def segment_scores(
         t,
         spec.context_width,
         spec.vocab_size,
-        _i64(spec.schedule).numpy(),
+        _i64(spec.schedule),
         spec.segments,
         spec.windows,
         int(position_key[0]) & mask,
         int(position_key[1]) & mask,
-        _i64(tb.level for tb in tables).numpy(),
-        _i64(tb.candidates for tb in tables).numpy(),
-        _i64(int(tb.per_value) for tb in tables).numpy(),
+        _i64(tb.level for tb in tables),
+        _i64(tb.candidates for tb in tables),
+        _i64(int(tb.per_value) for tb in tables),
         k0.numpy(),
         k1.numpy(),
         out.numpy(),
         counts.numpy(),
         default_threads() if threads is None else int(threads),
         spec.stride,
-        _i64(int(tb.seed_key is not None) for tb in tables).numpy(),
-        _i64(0 if tb.seed_key is None else int(tb.seed_key[0].reshape(-1)[0]) for tb in tables).numpy(),
-        _i64(0 if tb.seed_key is None else int(tb.seed_key[1].reshape(-1)[0]) for tb in tables).numpy(),
-        _i64(() if spec.read is None else spec.read.words()).numpy(),
+        _i64(int(tb.seed_key is not None) for tb in tables),
+        _i64(0 if tb.seed_key is None else int(tb.seed_key[0].reshape(-1)[0]) for tb in tables),
+        _i64(0 if tb.seed_key is None else int(tb.seed_key[1].reshape(-1)[0]) for tb in tables),
+        _i64(() if spec.read is None else spec.read.words()),
     )
     res, off = [], 0
     for s in shapes:

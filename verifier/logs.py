@@ -20,6 +20,8 @@ SAFE_FIELDS = (
     "retired",  # how many KEK versions a rotation retired (a count)
     "host", "port",  # where a job worker's metrics server listens (verifier.jobs.observe)
     "decodes",  # how many decodes run past their deadline (/readyz answering 503)
+    "issuer",  # the token issuer a provider registration names (an issuer URL, public)
+    "reason",  # why an earlier profile was not tried in a decode (its load or tokenizer error; never key material)
 )
 
 

@@ -85,7 +85,7 @@ def test_ok_request_shape(svc1):
     (res,) = r.json()["results"]
     assert set(res) == {
         "watermarked", "p_value", "key_version", "tokens_scored", "flags", "spec_version", "scoring", "levels",
-        "receipt"}
+        "profile", "receipt"}
     assert res["watermarked"] is False
     assert {"level", "fields", "confidence"} <= set(res["levels"][0])
 

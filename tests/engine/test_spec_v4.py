@@ -20,6 +20,7 @@ from gpu.evidence import segment_scores
 from gpu.scoring import LevelKeys
 from gpu.step import SPEC_VERSIONS, FusedSampler
 from tests.engine.test_spec_v3 import _cases as _decode_cases  # the vectors' decode cases have one layout
+from tests.helpers.draws import mass_bins_chi2_pvalue
 from tests.helpers.triton_interpreter import assert_passes_interpreted
 from verifier.engine import reference as R
 from verifier.engine.decoder import Decoder
@@ -298,16 +299,7 @@ def test_v4_sampler_is_unbiased_per_step_over_keys():
             ks = KeySet(tuple(derive_level_table(rng.randbytes(32), prof, lv, "t") for lv in (1, 2)))
             fs = FusedSampler(make_sampler(prof, ks), 3, 4)
             counts += np.bincount(fs.step(x, c, pay, gen.clone(), fs.new_log(rows)).numpy(), minlength=vocab)
-        n = counts.sum()
-        bins = np.empty(vocab, dtype=np.int64)
-        acc, b = 0.0, 0
-        for t in np.argsort(-probs):
-            bins[t] = b
-            acc += probs[t] * n
-            if acc >= 10:
-                acc, b = 0.0, b + 1
-        obs, exp = np.bincount(bins, weights=counts), np.bincount(bins, weights=probs) * n
-        assert sps.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3, step
+        assert mass_bins_chi2_pvalue(counts, probs) > 1e-3, step
 
 
 # --- results that read right (every spec version) -------------------------------------------------------------

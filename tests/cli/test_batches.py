@@ -91,7 +91,7 @@ def test_batch_round_trip_of_20_texts(tmp_path, capsys, hero_home, smollm2, monk
 
     monkeypatch.setattr(lm, "load_model", lambda name: smollm2)  # the session's copy: no second load
     monkeypatch.delenv("HERO_PROFILE", raising=False)
-    assert main(["keys", "init"]) == 0
+    assert main(["keys", "init", "--models", ",".join(str(10 + i) for i in range(20))]) == 0  # the ids it uses
     capsys.readouterr()
     prompts = tmp_path / "prompts.jsonl"
     with prompts.open("w") as f:

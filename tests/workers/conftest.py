@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,19 @@ def redis_server(tmp_path) -> Iterator[RedisServer]:
     srv.start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def _admin_without_quota(tmp_path, monkeypatch) -> None:
+    """Job tests submit thousands of texts as admin and restart Redis (the quota store) mid-job: they run with the
+    shipped role policy except the admin's text quota (what they test is the job machinery, not the quota)."""
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "policies" / "roles.yaml").read_text())
+    data["roles"]["admin"].pop("limits", None)
+    path = tmp_path / "roles-admin-unlimited.yaml"
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("HERO_ROLES_FILE", str(path))
 
 
 @pytest.fixture

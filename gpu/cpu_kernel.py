@@ -120,6 +120,19 @@ def default_threads() -> int:
     return max(1, torch.get_num_threads())
 
 
+def _required() -> ModuleType:
+    """The compiled kernel, or one error naming why it is unavailable (callers chose the C backend)."""
+    mod = load()
+    if mod is None:
+        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
+    return mod
+
+
+def _cpu_batch(ids: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """A right-padded batch as the C kernels read it: contiguous int64 CPU tensors."""
+    return (ids.detach().to("cpu", torch.int64).contiguous(), lengths.detach().to("cpu", torch.int64).contiguous())
+
+
 def _i64(values) -> np.ndarray:
     return np.array(list(values), dtype=np.int64)
 
@@ -133,11 +146,8 @@ def segment_scores(
     threads: int | None = None,
 ) -> tuple[list[Tensor], Tensor]:
     """CPU tensors in, CPU tensors out (shapes in gpu/scoring.py)."""
-    mod = load()
-    if mod is None:
-        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
-    ids = ids.detach().to("cpu", torch.int64).contiguous()
-    lengths = lengths.detach().to("cpu", torch.int64).contiguous()
+    mod = _required()
+    ids, lengths = _cpu_batch(ids, lengths)
     b, t = ids.shape
     if tables:
         k0 = torch.cat([tb.k0.detach().to("cpu", torch.int64) for tb in tables]).contiguous()
@@ -186,11 +196,8 @@ def scored_positions(ids: Tensor, lengths: Tensor, h: int, position_key: tuple[T
                      segments: int) -> tuple[Tensor, Tensor, Tensor]:
     """The scored positions of a right-padded batch (gpu/scoring.py's rule) as row, text index and position
     segment ([N] int64 each, rows in order, positions in text order; spec v5's lane with 100 segments)."""
-    mod = load()
-    if mod is None:
-        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
-    ids = ids.detach().to("cpu", torch.int64).contiguous()
-    lengths = lengths.detach().to("cpu", torch.int64).contiguous()
+    mod = _required()
+    ids, lengths = _cpu_batch(ids, lengths)
     b, t = ids.shape
     m = b * max(t - h, 0)
     row, pos, seg = (torch.empty(m, dtype=torch.int64) for _ in range(3))
@@ -202,9 +209,7 @@ def scored_positions(ids: Tensor, lengths: Tensor, h: int, position_key: tuple[T
 
 def prf_seed(k0: Tensor, k1: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
     """Per-row seeds: keys k0/k1 [N] (or scalars), contexts [N, h] (CPU) -> (s0, s1) int64 [N]."""
-    mod = load()
-    if mod is None:
-        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
+    mod = _required()
     ctx = context.detach().to(torch.int64).contiguous()
     n, h = ctx.shape
     k0 = k0.detach().to(torch.int64).expand(n).contiguous()
@@ -217,9 +222,7 @@ def prf_seed(k0: Tensor, k1: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
 
 def random_u32_stream(s0: Tensor, s1: Tensor, n: int) -> Tensor:
     """Words 0..n-1 of each seed's stream: seeds [N] -> [N, n] int64 (as gpu.prf.random_u32_stream)."""
-    mod = load()
-    if mod is None:
-        raise RuntimeError(f"CPU fast path unavailable: {_ERROR}")
+    mod = _required()
     s0 = s0.detach().to(torch.int64).contiguous()
     s1 = s1.detach().to(torch.int64).contiguous()
     out = torch.empty(s0.shape[0], n, dtype=torch.int64)

@@ -302,14 +302,20 @@ def _decode_reads(decoder, batch: Sequence[Sequence[int]], source, width: int) -
             members = [g for g, r in enumerate(level1) if r.table.version == v]
             sel = torch.tensor(members, device=ids.device)
             evs = source(decoder, ids[sel], lengths[sel], [sub[g] for g in members], v, lts)
-            j = 0
-            for lv in deeper:
-                per_version = []
-                for t in decoder.tables[lv]:
-                    per_version.append((t, evs, j))
-                    j += 1
+            for lv, per_version in deeper_tries(decoder, deeper, evs):
                 for g, r in zip(members, decide_level(decoder, lv, per_version), strict=True):
                     out[group[g]].append(r)
+    return out
+
+
+def deeper_tries(decoder, deeper: list[int], evidence) -> list[tuple[int, list[tuple[KeyTable, object, int]]]]:
+    """Per deeper level, its (table, evidence, index of the table's evidence) for every key version: the deeper
+    tables are scored in one call, in the order `[(lv, t) for lv in deeper for t in decoder.tables[lv]]`."""
+    out, j = [], 0
+    for lv in deeper:
+        tables = decoder.tables[lv]
+        out.append((lv, [(t, evidence, j + k) for k, t in enumerate(tables)]))
+        j += len(tables)
     return out
 
 
@@ -320,6 +326,7 @@ __all__ = [
     "TextEvidence",
     "decide_level",
     "decode_reads",
+    "deeper_tries",
     "levels_read",
     "text_evidence",
     "text_reads",

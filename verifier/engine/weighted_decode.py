@@ -306,12 +306,7 @@ class WeightedDecoder:
                 lts = [(lv, t) for lv in deeper for t in d.tables[lv]]
                 sel = torch.tensor([i])
                 ev = multiplexed.text_evidence(d, ids[sel], lengths[sel], [batch[i]], t1.version, lts)[0]
-                j = 0
-                for lv in deeper:
-                    per_version = []
-                    for t in d.tables[lv]:
-                        per_version.append((t, ev, j))
-                        j += 1
+                for lv, per_version in multiplexed.deeper_tries(d, deeper, ev):
                     t, att, pos = choose(lv, per_version)
                     levels.append(d._level_result(lv, t, att, [len(pos)], batch[i], pos))
             n_scored = int(n_tok[i])

@@ -43,7 +43,7 @@ def run(a: argparse.Namespace, url: str | None) -> None:
     from verifier.audit.models import AuditEventRow, AuditTreeNodeRow
     from verifier.audit.service import AuditEvent, record_with_receipts
     from verifier.audit.signer import signer_from_settings
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     settings = Settings(home=home, database_url=url, auto_migrate=True)
     ctx = build_context(settings)

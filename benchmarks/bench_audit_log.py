@@ -24,7 +24,7 @@ from verifier.audit.service import AuditEvent, append, record
 from verifier.audit.signer import LogSigner
 from verifier.audit.transparency import verify_receipt
 from verifier.audit.verification import verify_chain
-from verifier.db import Database, upgrade
+from verifier.base.db import Database, upgrade
 
 
 def _events(n: int, start: int) -> list[AuditEvent]:

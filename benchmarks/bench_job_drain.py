@@ -48,12 +48,12 @@ def main() -> None:
         "  admin: {max_level: all, actions: [verify, keys.write, keys.read]}\n")
     from fastapi.testclient import TestClient
 
-    from verifier.app import create_app
+    from verifier.api.app import create_app
     from verifier.auth.devkeys import mint_token
+    from verifier.base.settings import Settings
     from verifier.cli.bench_serve import bench_texts
     from verifier.jobs.models import JobRow
     from verifier.lm import load_tokenizer
-    from verifier.settings import Settings
 
     env = {"HERO_HOME": str(home), "HERO_DEV_MODE": "1", "HERO_ROLES_FILE": str(home / "roles.yaml"),
            "HERO_SQLITE_SYNCHRONOUS": a.sqlite_synchronous, "HERO_WORKER_DEVICE": a.worker_device,

@@ -68,11 +68,11 @@ def _round(a, texts: list[str], n_workers: int, kill: bool) -> dict:
     from fastapi.testclient import TestClient
     from sqlalchemy import func, select
 
-    from verifier.app import create_app
+    from verifier.api.app import create_app
     from verifier.auth.devkeys import mint_token
+    from verifier.base.settings import Settings
     from verifier.cli.bench_serve import free_port, pg_schema
     from verifier.jobs.models import JobItemRow, JobRow
-    from verifier.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="hero-fanout-"))
     (home / "roles.yaml").write_text(

@@ -91,10 +91,10 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="hero-bound-"))  # the service's; the model cache stays where it is
     from fastapi.testclient import TestClient
 
-    from verifier.app import create_app
+    from verifier.api.app import create_app
     from verifier.auth.devkeys import mint_token
+    from verifier.base.settings import Settings
     from verifier.lm import load_model
-    from verifier.settings import Settings
 
     settings = Settings(home=home, dev_mode=True, auto_migrate=True, model_aware=True, worker_device="cpu",
                         model_aware_max_request_tokens=args.request_tokens,

@@ -69,8 +69,8 @@ def main() -> None:
     import psutil
 
     from verifier.auth.devkeys import mint_token
+    from verifier.base.settings import Settings
     from verifier.lm import load_model
-    from verifier.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="hero-burst-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERO_")}

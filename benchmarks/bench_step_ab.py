@@ -52,7 +52,7 @@ def worker(checkout: str, logits_path: str, profile_name: str, steps: int) -> No
 
     import verifier
     from gpu.step import ContextLog
-    from verifier.engine.generation import make_fused_sampler
+    from verifier.engine.fused import make_fused_sampler
     from verifier.engine.keys import KeySet, derive_level_table
     from verifier.engine.profile import resolve_profile
 

@@ -30,10 +30,10 @@ def worker(checkout: str, callers: int, texts_per_caller: int) -> None:
     os.environ["HERO_HOME"] = str(home)
     from verifier.api.context import build_context
     from verifier.audit.service import Actor
+    from verifier.base.settings import Settings
     from verifier.cli.bench_serve import bench_texts
     from verifier.engine.profile import resolve_profile
     from verifier.lm import load_tokenizer
-    from verifier.settings import Settings
     from verifier.verify.runner import DecodeJob
     from verifier.verify.service import VerifyRequest, verify_batch
 

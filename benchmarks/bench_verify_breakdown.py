@@ -37,11 +37,11 @@ def main() -> None:
     from verifier.api.context import build_context
     from verifier.audit.service import Actor, record_with_receipts, text_digest
     from verifier.audit.signer import signer_from_settings
+    from verifier.base.settings import Settings
     from verifier.cli.bench_serve import bench_texts
     from verifier.engine.decoder import make_decoder
     from verifier.engine.profile import resolve_profile
     from verifier.lm import load_tokenizer
-    from verifier.settings import Settings
     from verifier.verify.disclosure import audit_events, shape
 
     settings = Settings(home=home, database_url=a.database_url, auto_migrate=True, profile=a.profile)

@@ -8,8 +8,9 @@ word s_l and -log(1 - U) in float64, added into the program's [window x cell, ca
 cell is a sequential sum in text order (no float atomics): deterministic, the reference's order.
 Spec v3 tables (a level key): `_seed_kernel` computes each token's level seed once, and
 `_score_seeded_kernel` draws one Philox block per candidate from (seed XOR value key).
-Context masking, windows, routing paths, message packing and spec v5's read filter reuse the torch code
-(gpu/scoring.py, gpu/partition.py, gpu/prf.py).
+SipHash and Philox are the Triton PRF's (gpu/triton_prf.py, shared with the fused step). Context masking,
+windows, routing paths, message packing and spec v5's read filter reuse the torch code (gpu/scoring.py,
+gpu/partition.py, gpu/prf.py).
 
 Integer work is bit-exact; the evidence uses the device's float64 log (libdevice on CUDA, numpy under
 TRITON_INTERPRET=1), which may differ from libm in the last bit for rare inputs.
@@ -30,6 +31,8 @@ from gpu.scoring import LevelKeys, ScoringSpec, empty_outputs, read_tokens, scor
 try:  # Triton is optional (CUDA machines); the CPU install never needs it.
     import triton
     import triton.language as tl
+
+    from gpu.triton_prf import philox_word, sip_absorb, sip_finish, sip_init
 except ImportError:  # pragma: no cover - depends on the environment
     triton = None
     tl = None
@@ -49,68 +52,13 @@ def available() -> bool:
 if triton is not None:
 
     @triton.jit
-    def _rotl(x, b: tl.constexpr):
-        return (x << b) | (x >> (64 - b))
-
-    @triton.jit
-    def _sipround(v0, v1, v2, v3):
-        v0 = v0 + v1
-        v1 = _rotl(v1, 13) ^ v0
-        v0 = _rotl(v0, 32)
-        v2 = v2 + v3
-        v3 = _rotl(v3, 16) ^ v2
-        v0 = v0 + v3
-        v3 = _rotl(v3, 21) ^ v0
-        v2 = v2 + v1
-        v1 = _rotl(v1, 17) ^ v2
-        v2 = _rotl(v2, 32)
-        return v0, v1, v2, v3
-
-    @triton.jit
     def _siphash128(k0, k1, msg_ptr, base, mask, NW: tl.constexpr):
-        v0 = k0 ^ 0x736F6D6570736575
-        v1 = k1 ^ (0x646F72616E646F6D ^ 0xEE)
-        v2 = k0 ^ 0x6C7967656E657261
-        v3 = k1 ^ 0x7465646279746573
+        """SipHash-2-4-128 under (k0, k1) of the NW packed words at msg_ptr + base (masked lanes read 0)."""
+        v0, v1, v2, v3 = sip_init(k0, k1)
         for i in tl.static_range(NW):
             m = tl.load(msg_ptr + base + i, mask=mask, other=0).to(tl.uint64, bitcast=True)
-            v3 = v3 ^ m
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-            v0 = v0 ^ m
-        v2 = v2 ^ 0xEE
-        for _ in tl.static_range(4):
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-        lo = v0 ^ v1 ^ v2 ^ v3
-        v1 = v1 ^ 0xDD
-        for _ in tl.static_range(4):
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-        return lo, v0 ^ v1 ^ v2 ^ v3
-
-    @triton.jit
-    def _philox_word(s0, s1, j):
-        """Lane j%4 of Philox4x32-10 block (j//4, 0, s1.lo, s1.hi) keyed by (s0.lo, s0.hi); uint64 lanes."""
-        m32 = 0xFFFFFFFF
-        blk = j >> 2
-        c0 = blk & m32
-        c1 = blk >> 32
-        c2 = s1 & m32
-        c3 = s1 >> 32
-        k0 = s0 & m32
-        k1 = s0 >> 32
-        for _ in tl.static_range(10):
-            p0 = c0 * 0xD2511F53
-            p1 = c2 * 0xCD9E8D57
-            n0 = (p1 >> 32) ^ c1 ^ k0
-            n2 = (p0 >> 32) ^ c3 ^ k1
-            c1 = p1 & m32
-            c3 = p0 & m32
-            c0 = n0
-            c2 = n2
-            k0 = (k0 + 0x9E3779B9) & m32
-            k1 = (k1 + 0xBB67AE85) & m32
-        lane = j & 3
-        return tl.where(lane == 0, c0, tl.where(lane == 1, c1, tl.where(lane == 2, c2, c3)))
+            v0, v1, v2, v3 = sip_absorb(v0, v1, v2, v3, m)
+        return sip_finish(v0, v1, v2, v3)
 
     # `segments` may be 1 (a per-value level), which Triton would otherwise specialize into a plain int.
     @triton.jit(do_not_specialize=["segments"])
@@ -120,7 +68,7 @@ if triton is not None:
         zero = tl.zeros([BLOCK], dtype=tl.uint64)
         s0, s1 = _siphash128(zero + pk0.to(tl.uint64, bitcast=True), zero + pk1.to(tl.uint64, bitcast=True),
                              msg_ptr, offs * NW, mask, NW)
-        u0 = _philox_word(s0, s1, zero)
+        u0 = philox_word(s0, s1, zero)
         tl.store(seg_ptr + offs, ((u0 * segments.to(tl.uint64)) >> 32).to(tl.int64), mask=mask)
 
     @triton.jit
@@ -142,7 +90,7 @@ if triton is not None:
         for n in range(start, end):
             s0, s1 = _siphash128(k0, k1, msg_ptr, izero + n * NW, cmask, NW)
             j = tl.load(j_ptr + n).to(tl.uint64, bitcast=True)
-            u = _philox_word(s0, s1, zero + j)
+            u = philox_word(s0, s1, zero + j)
             ev = -tl.log((4294967295.5 - u.to(tl.float64)) / 4294967296.0)
             cell = tl.load(cell_ptr + n)
             # x + 0.0 == x exactly: each cell is a sequential sum in text order
@@ -181,7 +129,7 @@ if triton is not None:
             s0 = tl.load(s0_ptr + n).to(tl.uint64, bitcast=True)
             s1 = tl.load(s1_ptr + n).to(tl.uint64, bitcast=True)
             j = tl.load(j_ptr + n).to(tl.uint64, bitcast=True)
-            u = _philox_word(k0 ^ s0, k1 ^ s1, zero + j)
+            u = philox_word(k0 ^ s0, k1 ^ s1, zero + j)
             ev = -tl.log((4294967295.5 - u.to(tl.float64)) / 4294967296.0)
             cell = tl.load(cell_ptr + n)
             acc += tl.where((rs == cell)[:, None], ev[None, :], 0.0)

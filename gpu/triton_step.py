@@ -24,7 +24,7 @@ try:  # optional (CUDA machines, or the interpreter in tests)
     import triton
     import triton.language as tl
 
-    from gpu.triton_kernels import _philox_word, _sipround
+    from gpu.triton_prf import philox_word, sip_absorb, sip_finish, sip_init
 except ImportError:  # pragma: no cover - depends on the environment
     triton = None
     tl = None
@@ -56,24 +56,10 @@ if triton is not None:
     @triton.jit
     def _sip_ctx(k0, k1, ctx_ptr, H: tl.constexpr):
         """SipHash-2-4-128 of the packed h-gram under (k0, k1)."""
-        v0 = k0 ^ 0x736F6D6570736575
-        v1 = k1 ^ (0x646F72616E646F6D ^ 0xEE)
-        v2 = k0 ^ 0x6C7967656E657261
-        v3 = k1 ^ 0x7465646279746573
+        v0, v1, v2, v3 = sip_init(k0, k1)
         for i in tl.static_range(H // 2 + 1):
-            m = _ctx_word(ctx_ptr, i, H)
-            v3 = v3 ^ m
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-            v0 = v0 ^ m
-        v2 = v2 ^ 0xEE
-        for _ in tl.static_range(4):
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-        lo = v0 ^ v1 ^ v2 ^ v3
-        v1 = v1 ^ 0xDD
-        for _ in tl.static_range(4):
-            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
-        return lo, v0 ^ v1 ^ v2 ^ v3
+            v0, v1, v2, v3 = sip_absorb(v0, v1, v2, v3, _ctx_word(ctx_ptr, i, H))
+        return sip_finish(v0, v1, v2, v3)
 
     @triton.jit
     def _level_seed(k0, k1, sk0, sk1, ctx_ptr, H: tl.constexpr, SPEC: tl.constexpr):
@@ -153,7 +139,7 @@ if triton is not None:
                 pk0 = tl.load(pos_ptr).to(tl.uint64, bitcast=True)
                 pk1 = tl.load(pos_ptr + 1).to(tl.uint64, bitcast=True)
                 ps0, ps1 = _sip_ctx(pk0, pk1, crow, H)
-                lane = ((_philox_word(ps0, ps1, z) * 100) >> 32).to(tl.int64)
+                lane = ((philox_word(ps0, ps1, z) * 100) >> 32).to(tl.int64)
                 pct = tl.where(gen < front, front_public, public).to(tl.int64)
                 deeper = 1 + tl.maximum(lane - pct, 0) * (L - 1) // tl.maximum(100 - pct, 1)
                 lv = tl.where(lane < pct, 0, deeper)  # 0-based level (reference `v5_level` - 1)
@@ -166,7 +152,7 @@ if triton is not None:
                 for b0 in range(0, V, BLOCK):
                     t = b0 + offs
                     x = tl.load(xrow + t, mask=t < V, other=float("-inf")).to(tl.float64)
-                    g = _gumbel(_philox_word(s0, s1, t.to(tl.uint64)))
+                    g = _gumbel(philox_word(s0, s1, t.to(tl.uint64)))
                     sc = tl.where(x > float("-inf"), (x - mx) + g, float("-inf"))
                     bm = tl.max(sc, axis=0)
                     better = bm > best
@@ -182,7 +168,7 @@ if triton is not None:
                 pk0 = tl.load(pos_ptr).to(tl.uint64, bitcast=True)
                 pk1 = tl.load(pos_ptr + 1).to(tl.uint64, bitcast=True)
                 ps0, ps1 = _sip_ctx(pk0, pk1, crow, H)
-                u0 = _philox_word(ps0, ps1, z)
+                u0 = philox_word(ps0, ps1, z)
                 seg = ((u0 * segments.to(tl.uint64)) >> 32).to(tl.int64)
                 offset = tl.zeros([], tl.int64)
                 size = tl.zeros([], tl.int64) + V
@@ -207,7 +193,7 @@ if triton is not None:
                                 tok = _token_at(offset + start + j, V, stride)
                                 x = tl.load(xrow + tok, mask=j < ln, other=float("-inf")).to(tl.float64)
                                 mass += tl.sum(tl.where(x > float("-inf"), tl.exp(x - mx), 0.0), axis=0)
-                            g = _gumbel(_philox_word(s0, s1, z + i))
+                            g = _gumbel(philox_word(s0, s1, z + i))
                             sc = tl.where(mass > 0.0, tl.log(mass / total) + g, float("-inf"))
                             better = sc > best
                             best = tl.where(better, sc, best)
@@ -221,7 +207,7 @@ if triton is not None:
                             j = j0 + offs
                             tok = _token_at(offset + j, V, stride)
                             x = tl.load(xrow + tok, mask=j < size, other=float("-inf")).to(tl.float64)
-                            g = _gumbel(_philox_word(s0, s1, j.to(tl.uint64)))
+                            g = _gumbel(philox_word(s0, s1, j.to(tl.uint64)))
                             sc = tl.where(x > float("-inf"), (x - mx) + g, float("-inf"))
                             bm = tl.max(sc, axis=0)
                             bj = tl.argmax(sc, axis=0)
@@ -235,7 +221,7 @@ if triton is not None:
             for b0 in range(0, V, BLOCK):
                 t = b0 + offs
                 x = tl.load(xrow + t, mask=t < V, other=float("-inf")).to(tl.float64)
-                g = _gumbel(_philox_word(r0, r1, t.to(tl.uint64)))
+                g = _gumbel(philox_word(r0, r1, t.to(tl.uint64)))
                 sc = tl.where(x > float("-inf"), x + g, float("-inf"))
                 bm = tl.max(sc, axis=0)
                 better = bm > best

@@ -10,8 +10,8 @@ import verifier.audit.models
 import verifier.jobs.models
 import verifier.keys.models
 import verifier.registry.models  # noqa: F401  (register tables on Base.metadata)
-from verifier.db import Base, make_engine
-from verifier.settings import get_settings
+from verifier.base.db import Base, make_engine
+from verifier.base.settings import get_settings
 
 config = context.config
 if config.config_file_name is not None and not config.attributes.get("url"):

@@ -56,7 +56,7 @@ def _keys(n):
 def generate(args):
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    from verifier.engine.generation import make_warpers
+    from verifier.engine.warpers import make_warpers
 
     load_model, prompts_and_humans, prompt_from_article = _load()
     model, tok = load_model("smollm2")

@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 from verifier.engine.decoder import Decoder
-from verifier.engine.generation import generate_watermarked
 from verifier.engine.profile import PROFILES_DIR, load_profile, profile_from_dict
 from verifier.evaluation.corpus import bbc_prompts_and_humans
 from verifier.evaluation.generation import generate_rows
@@ -31,6 +30,7 @@ from verifier.evaluation.methods import HeroMethod, SynthIDMethod, _decode_safe
 from verifier.evaluation.metrics import proportion
 from verifier.evaluation.sampling import PROVIDER
 from verifier.lm import load_model
+from verifier.provider.generation import generate_watermarked
 
 
 def fields(result, level: int) -> dict:

@@ -43,7 +43,7 @@ def _wilson(k: int, n: int) -> list[float]:
 
 
 def _gen(ctx, prompts, payloads, setting, nats, tokens, seed):
-    from verifier.engine.generation import generate_watermarked
+    from verifier.provider.generation import generate_watermarked
 
     model, tok, profile, keyset = ctx
     t, k, p = SETTINGS[setting]
@@ -83,7 +83,7 @@ def _spy(orig, kept: list):
 
 def cost(ctx, prompts, variants, setting, batch) -> dict:
     from verifier.engine.decoder import Decoder
-    from verifier.engine.generation import HeroLogitsProcessor
+    from verifier.provider.generation import HeroLogitsProcessor
 
     _, _, profile, keyset = ctx
     g = torch.Generator().manual_seed(5)

@@ -44,10 +44,10 @@ def _masters(seed: int) -> list[bytes]:
 
 
 def generate(args) -> None:
-    from verifier.engine.generation import generate_watermarked
     from verifier.engine.keys import KeySet
     from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
     from verifier.lm import load_model
+    from verifier.provider.generation import generate_watermarked
 
     profile = resolve_profile(args.profile)
     model, tok = load_model("smollm2")

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import torch
 
-from verifier.engine.generation import generate_watermarked
 from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.profile import default_profile
 from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
 from verifier.evaluation.sampling import PROVIDER, T1
 from verifier.lm import load_model
+from verifier.provider.generation import generate_watermarked
 
 SEED = 32  # the number: fixes prompts, payloads, keys
 

@@ -24,13 +24,14 @@ import torch
 from transformers import LogitsProcessorList
 
 from verifier.engine.decoder import Decoder
-from verifier.engine.generation import HeroLogitsProcessor, make_warpers
 from verifier.engine.profile import resolve_profile
+from verifier.engine.warpers import make_warpers
 from verifier.evaluation.chat import chat_template
 from verifier.evaluation.chat_prompts import chat_prompts
 from verifier.evaluation.methods import HeroMethod
 from verifier.evaluation.metrics import proportion
 from verifier.lm import load_model
+from verifier.provider.generation import HeroLogitsProcessor
 
 
 class Entropy:

@@ -46,7 +46,7 @@ def hero_home(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(autouse=True)
 def _root_logging_restored() -> Iterator[None]:
-    """A test that configures logging (verifier.logs.configure_logging: `hero serve`, the app) leaves the root
+    """A test that configures logging (verifier.base.logs.configure_logging: `hero serve`, the app) leaves the root
     logger as it found it: a handler bound to that test's captured stderr would write to a closed stream in later
     tests, whose one-line error checks then see logging's traceback."""
     import logging

@@ -15,13 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gpu", "verifier", "workers")
 
-BASE = ("verifier.resources", "verifier.errors", "verifier.settings", "verifier.logs", "verifier.metrics",
-        "verifier.secretfile", "verifier.db", "verifier.ratelimit", "verifier.tracing", "verifier.cancel",
-        "verifier.workslots")
 SERVICES = ("audit", "keys", "auth", "verify", "jobs", "registry")
 # The composition roots: what builds a process's objects. Only the entry points (and, for the process builder,
 # the api layer) import them; nothing imports up into one.
-ROOTS = {"verifier.app": {"entry"}, "verifier.process": {"api", "entry"}}
+ROOTS = {"verifier.api.app": {"entry"}, "verifier.process": {"api", "entry"}}
 
 # layer -> the layers it may import (besides itself)
 MAY_IMPORT: dict[str, set[str]] = {
@@ -34,7 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "auth": {"base", "engine", "audit"},  # engine: the profile's depth bounds a grant
     "verify": {"base", "engine", "lm", "audit", "keys", "auth"},
     "jobs": {"base", "engine", "lm", "audit", "keys", "auth", "verify"},
-    "evaluation": {"gpu", "base", "engine", "lm"},
+    "evaluation": {"gpu", "base", "engine", "lm", "sdk"},  # sdk: the transformers generation adapter
     "sdk": {"gpu", "engine", "lm"},  # verifier.provider (provider SDK), verifier.client: no service import
     "registry": {"base", "engine", "audit", "keys", "sdk"},  # the provider registry
     "process": {"base", "engine", "lm", "audit", "keys", "auth", "verify", "jobs"},  # verifier.process: the builder
@@ -49,9 +46,9 @@ def layer(module: str) -> str:
         return "gpu"
     if module.startswith(("verifier.cli", "workers")) or module == "verifier.offline":  # offline: the CLI's API
         return "entry"
-    if module == "verifier.app" or module.startswith(("verifier.api", "verifier.console")):
+    if module == "verifier.api" or module.startswith("verifier.api."):  # the app, routes and console
         return "api"
-    if module in BASE or module == "verifier":
+    if module in ("verifier", "verifier.base") or module.startswith("verifier.base."):
         return "base"
     if module in ("verifier.provider", "verifier.client") or module.startswith("verifier.provider."):
         return "sdk"
@@ -159,9 +156,9 @@ def test_the_walk_sees_real_imports():
     assert "verifier.cli.serve" in g["verifier.cli"]  # the CLI's command table
     assert "verifier.provider.sampling" in g["verifier.provider"]  # the SDK's lazy names
     assert "verifier.keys.kek_openbao" in g["verifier.keys.kek"]  # "module:factory" of the KEK providers
-    assert not {d for d in g["verifier.lm"] if d.startswith("verifier.")} - {"verifier.resources", "verifier.errors",
-                                                                              "verifier.settings", "verifier.logs",
-                                                                              "verifier.engine.profile"}
+    allowed = {"verifier.base.resources", "verifier.base.errors", "verifier.base.settings", "verifier.base.logs",
+               "verifier.engine.profile"}
+    assert not {d for d in g["verifier.lm"] if d.startswith("verifier.")} - allowed
 
 
 def test_a_module_loaded_by_name_is_an_import():
@@ -213,8 +210,8 @@ def test_nothing_imports_up_into_a_composition_root():
 
 def test_an_import_into_a_composition_root_is_found():
     g = {"verifier.jobs.drain": {"verifier.process"}, "verifier.api.jobs": {"verifier.process"},
-         "verifier.cli.serve": {"verifier.app"}, "verifier.api.keys": {"verifier.app"}}
-    assert into_roots(g) == ["verifier.jobs.drain -> verifier.process", "verifier.api.keys -> verifier.app"]
+         "verifier.cli.serve": {"verifier.api.app"}, "verifier.api.keys": {"verifier.api.app"}}
+    assert into_roots(g) == ["verifier.jobs.drain -> verifier.process", "verifier.api.keys -> verifier.api.app"]
 
 
 def test_cycle_detection_can_fail():
@@ -237,17 +234,17 @@ def test_no_upward_imports():
 
 
 def test_an_upward_import_is_found():
-    g = {"verifier.engine.decoder": {"gpu.step", "verifier.keys.cache"}, "verifier.provider.step": {"verifier.db"}}
+    g = {"verifier.engine.decoder": {"gpu.step", "verifier.keys.cache"}, "verifier.provider.step": {"verifier.base.db"}}
     assert upward(g) == ["verifier.engine.decoder (engine) -> verifier.keys.cache (keys)",
-                         "verifier.provider.step (sdk) -> verifier.db (base)"]
+                         "verifier.provider.step (sdk) -> verifier.base.db (base)"]
 
 
 def test_schema_modules_load_without_the_engine():
     """Alembic (migrations/env.py) imports the ORM models: that must not pull torch or scipy."""
     code = (
         "import sys, verifier.audit.models, verifier.jobs.models, verifier.keys.models, verifier.registry.models, "
-        "verifier.db, "
-        "verifier.settings; heavy = {'torch', 'scipy', 'transformers'} & set(sys.modules); "
+        "verifier.base.db, "
+        "verifier.base.settings; heavy = {'torch', 'scipy', 'transformers'} & set(sys.modules); "
         "assert not heavy, heavy"
     )
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

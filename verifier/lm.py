@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from verifier.errors import TokenizerMismatch
-from verifier.resources import hero_home
+from verifier.base.errors import TokenizerMismatch
+from verifier.base.resources import hero_home
 
 if TYPE_CHECKING:
     from verifier.engine.profile import Profile
@@ -356,6 +356,43 @@ def check_profile_tokenizer(profile: Profile, tokenizer: Any) -> None:
             f"profile {profile.name!r}: tokenizer {profile.tokenizer!r} has {size} tokens, more than the profile's "
             f"vocab_size {profile.vocab_size}"
         )
+
+
+class FastTokenizer:
+    """A model's tokenizer from its tokenizer.json through the `tokenizers` library alone: the token ids the
+    decoder scores (no special tokens), as the transformers fast tokenizer built on the same file gives them
+    (tests/cli/test_fast_start.py compares both), without importing transformers."""
+
+    def __init__(self, path: str) -> None:
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(path)  # `encode_batch_fast`: what encode_ids calls
+
+    def __len__(self) -> int:
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def __call__(self, texts: str | list[str], add_special_tokens: bool = False,
+                 return_offsets_mapping: bool = False, **_: Any) -> dict[str, Any]:
+        one = isinstance(texts, str)
+        encs = self._tokenizer.encode_batch([texts] if one else list(texts), add_special_tokens=add_special_tokens)
+        out: dict[str, Any] = {"input_ids": [e.ids for e in encs]}
+        if return_offsets_mapping:
+            out["offset_mapping"] = [e.offsets for e in encs]
+        return {k: v[0] for k, v in out.items()} if one else out
+
+
+def decode_tokenizer(name: str, revision: str | None = None) -> Any:
+    """The decode path's tokenizer: FastTokenizer when the converted model (or the local directory, or the hub
+    id's cached snapshot) holds tokenizer.json, else the transformers one (load_tokenizer)."""
+    if is_builtin(name):
+        path = cache_dir(name) / "tokenizer.json"
+        if (cache_dir(name) / "config.json").is_file() and path.is_file():
+            return FastTokenizer(str(path))
+        return load_tokenizer(name)
+    folder = tokenizer_dir(name, revision)
+    if folder is not None and (folder / "tokenizer.json").is_file():
+        return FastTokenizer(str(folder / "tokenizer.json"))
+    return load_tokenizer(name, revision)
 
 
 def load_tokenizer(name: str = "smollm2", revision: str | None = None) -> Any:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from verifier.audit.service import Actor
+    from verifier.base.settings import Settings
     from verifier.engine.profile import Profile
-    from verifier.settings import Settings
 
 Progress = Callable[[str], None]
 
@@ -54,9 +54,9 @@ class LocalHero:
     def __init__(self, settings: Settings | None = None, profile: str | None = None, *,
                  actor: Actor | None = None, progress: Progress | None = None) -> None:
         from verifier import process
+        from verifier.base.settings import Settings
         from verifier.engine.profile import resolve_profile
         from verifier.keys.deployment import deployment_profile
-        from verifier.settings import Settings
 
         self.settings = settings or Settings()
         self.store = process.open_store(self.settings)
@@ -104,8 +104,8 @@ class LocalHero:
                  chat: bool = False, batch_size: int = 8, on_step: Callable[[], None] | None = None) -> list[dict]:
         """Watermarked continuations, one dict per prompt: text, payload, key_versions, tokens. `chat`: each
         prompt is a user message under the model's chat template. Audited before they are returned."""
-        from verifier.engine.generation import generate_watermarked
         from verifier.engine.payload import encode_payload
+        from verifier.provider.generation import generate_watermarked
 
         if len(prompts) != len(fields):
             raise ValueError(f"{len(prompts)} prompts but {len(fields)} payloads")
@@ -163,7 +163,7 @@ class LocalHero:
         tokenizer.json alone when the model's converted copy has one (no transformers import: a cold decode
         starts in a fraction of the time)."""
         if self._runner is None:
-            from verifier.lm import TokenizerCache
+            from verifier.lm import TokenizerCache, decode_tokenizer
             from verifier.verify.runner import Runner
 
             self._runner = Runner(self.store, TokenizerCache(decode_tokenizer), self.settings.alpha, scorer=scorer)
@@ -220,42 +220,3 @@ def _per_text(expect: Mapping[str, int] | Sequence[Mapping[str, int] | None] | N
     if len(per) != n:
         raise ValueError(f"expect names {len(per)} texts, texts has {n}")
     return per
-
-
-class FastTokenizer:
-    """A model's tokenizer from its tokenizer.json through the `tokenizers` library alone: the token ids the
-    decoder scores (no special tokens), as the transformers fast tokenizer built on the same file gives them
-    (tests/cli/test_fast_start.py compares both), without importing transformers."""
-
-    def __init__(self, path: str) -> None:
-        from tokenizers import Tokenizer
-
-        self._tokenizer = Tokenizer.from_file(path)  # `encode_batch_fast`: what verifier.lm.encode_ids calls
-
-    def __len__(self) -> int:
-        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
-
-    def __call__(self, texts: str | list[str], add_special_tokens: bool = False,
-                 return_offsets_mapping: bool = False, **_: Any) -> dict[str, Any]:
-        one = isinstance(texts, str)
-        encs = self._tokenizer.encode_batch([texts] if one else list(texts), add_special_tokens=add_special_tokens)
-        out: dict[str, Any] = {"input_ids": [e.ids for e in encs]}
-        if return_offsets_mapping:
-            out["offset_mapping"] = [e.offsets for e in encs]
-        return {k: v[0] for k, v in out.items()} if one else out
-
-
-def decode_tokenizer(name: str, revision: str | None = None) -> Any:
-    """The decode path's tokenizer: FastTokenizer when the converted model (or the local directory, or the hub
-    id's cached snapshot) holds tokenizer.json, else the transformers one (verifier.lm.load_tokenizer)."""
-    from verifier.lm import cache_dir, is_builtin, load_tokenizer, tokenizer_dir
-
-    if is_builtin(name):
-        path = cache_dir(name) / "tokenizer.json"
-        if (cache_dir(name) / "config.json").is_file() and path.is_file():
-            return FastTokenizer(str(path))
-        return load_tokenizer(name)
-    folder = tokenizer_dir(name, revision)
-    if folder is not None and (folder / "tokenizer.json").is_file():
-        return FastTokenizer(str(folder / "tokenizer.json"))
-    return load_tokenizer(name, revision)

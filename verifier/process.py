@@ -1,6 +1,6 @@
 """One builder for every process: the API, a Celery worker and the CLI.
 
-Settings are read once per process (`verifier.settings.get_settings`, or the CLI's per-command copy) and
+Settings are read once per process (`verifier.base.settings.get_settings`, or the CLI's per-command copy) and
 handed in; from them `build_process` makes the database (one way: migrated when embedded, with
 `sqlite_synchronous`), the key store, the role policy, the profiles, the tokenizer cache and the one decode
 runner. The API adds its own parts on top (verifier.api.context), a worker its drain context (`drain_context`).
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from verifier.auth.policy import Policy, load_policy
-from verifier.db import Database, check_schema, upgrade
+from verifier.base.db import Database, check_schema, upgrade
+from verifier.base.secretfile import private_dir
+from verifier.base.settings import Settings
+from verifier.base.workslots import WorkSlots, auto_slots
 from verifier.engine.profile import Profile, resolve_profile
 from verifier.keys.deployment import deployment_profile
 from verifier.keys.kek import make_kek_provider
 from verifier.keys.service import DbKeyStore
-from verifier.secretfile import private_dir
-from verifier.settings import Settings
-from verifier.workslots import WorkSlots, auto_slots
 
 if TYPE_CHECKING:  # the decode machinery (torch) is imported by build_process, not by a CLI that only opens keys
     from verifier.jobs.drain import DrainContext

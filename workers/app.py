@@ -5,10 +5,10 @@ Settings are read once, here; the app comes from `verifier.jobs.queue.make_celer
 
 from __future__ import annotations
 
-from verifier import tracing
+from verifier.base import tracing
+from verifier.base.settings import get_settings
 from verifier.jobs.queue import make_celery
 from verifier.keys.bootstrap import require_secrets
-from verifier.settings import get_settings
 
 settings = get_settings()
 require_secrets(settings, log_key=False)  # outside dev mode: never a KEK of this worker's own

@@ -7,7 +7,7 @@ from functools import partial
 
 from celery.signals import worker_ready
 
-from verifier import tracing
+from verifier.base import tracing
 from verifier.jobs.dispatch import fanout
 from verifier.jobs.drain import drain
 from verifier.jobs.queue import DRAIN_TASK, send_drain

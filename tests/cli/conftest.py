@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def deployment_secrets(hero_home: Path) -> None:
+    from verifier.base.settings import Settings
     from verifier.keys.bootstrap import init_secrets
-    from verifier.settings import Settings
 
     init_secrets(Settings(home=hero_home))

@@ -122,8 +122,8 @@ def test_generate_chat_applies_the_chat_template(tmp_path, capsys, hero_home, mo
     stubbed; the real SmolLM2 template is checked in test_chat_template_of_the_real_tokenizer)."""
     from types import SimpleNamespace
 
-    import verifier.engine.generation as generation
     import verifier.lm as lm
+    import verifier.provider.generation as generation
 
     class Tok:
         chat_template = "{{ messages }}"

@@ -163,8 +163,8 @@ def test_generate_is_audited_before_the_text_is_printed(capsys, hero_home, monke
     from sqlalchemy import select
 
     import verifier.audit.service as audit
-    import verifier.engine.generation as generation
     import verifier.lm as lm
+    import verifier.provider.generation as generation
     from verifier.audit.models import AuditEventRow
     from verifier.cli.common import open_store
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+from verifier.base.db import upgrade
 from verifier.cli import main
-from verifier.db import upgrade
 
 
 def test_db_wait_waits_for_the_migration_and_never_migrates(tmp_path, monkeypatch, capsys):

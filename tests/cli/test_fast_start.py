@@ -48,8 +48,7 @@ def test_local_decode_imports_no_transformers(hero_home):
 def test_the_tokenizers_only_tokenizer_gives_the_same_ids():
     if not _converted():
         pytest.skip("no converted smollm2 (tokenizer.json) in HERO_MODEL_CACHE")
-    from verifier.lm import encode_ids, load_tokenizer
-    from verifier.offline import decode_tokenizer
+    from verifier.lm import decode_tokenizer, encode_ids, load_tokenizer
 
     fast, hf = decode_tokenizer("smollm2"), load_tokenizer("smollm2")
     assert type(fast).__name__ == "FastTokenizer"

@@ -18,9 +18,9 @@ from tests.cli.test_profile_tokenizer import (
     _swap_two_tokens,
     _watermarked_ids,
 )
+from verifier.base.errors import TokenizerMismatch
 from verifier.cli import main
 from verifier.engine.profile import profile_digest, resolve_profile
-from verifier.errors import TokenizerMismatch
 from verifier.keys.errors import KeyTokenizerMismatch
 from verifier.lm import legacy_tokenizer_fingerprint, tokenizer_fingerprint
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from verifier.base.db import upgrade
 from verifier.cli import main
-from verifier.db import upgrade
 
 
 @pytest.fixture

@@ -82,8 +82,8 @@ def test_decode_uses_hero_profile_and_the_flag_overrides(env, capsys):
 def test_generate_uses_hero_profile(env, capsys, monkeypatch):
     """The payload is checked against HERO_PROFILE's fields (v3: an 8-bit model, default: 12 bits) and made with
     that profile's keys. The model is stubbed: the profile is what is tested."""
-    import verifier.engine.generation as generation
     import verifier.lm as lm
+    import verifier.provider.generation as generation
 
     monkeypatch.setattr(lm, "load_model", lambda name: (None, None))
     seen = []

@@ -49,7 +49,7 @@ def _cli(capsys, *argv: str) -> tuple[int, dict | None, str]:
 def _watermarked_ids(profile, keyset, payload: dict, tokenizer, n: int = 160) -> list[int]:
     """`n` watermarked draws on random logits over space-prefixed lowercase words (ids that re-tokenize to
     themselves once decoded to text)."""
-    from verifier.engine.generation import HeroLogitsProcessor
+    from verifier.provider.generation import HeroLogitsProcessor
 
     vocab = tokenizer.get_vocab()
     words = sorted(i for t, i in vocab.items() if t.startswith("Ġ") and t[1:].isalpha() and t[1:].islower()
@@ -130,8 +130,7 @@ def test_hub_id_from_the_offline_cache_with_a_pinned_revision(tmp_path, monkeypa
     import huggingface_hub.constants as hf
 
     from verifier.engine.profile import resolve_profile
-    from verifier.lm import TokenizerCache
-    from verifier.offline import decode_tokenizer
+    from verifier.lm import TokenizerCache, decode_tokenizer
 
     tok_a = _copy_tokenizer(_smollm2_tokenizer_dir(), tmp_path / "a")
     tok_b = _copy_tokenizer(tok_a, tmp_path / "b")

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from verifier.base.settings import Settings
 from verifier.cli.serve import MAX_AUTO_WORKERS, _workers_arg, resolve_workers
 from verifier.cli.serve_workers import OMP_NUM_THREADS
 from verifier.keys.bootstrap import init_secrets
 from verifier.lm import TOKENIZERS_PARALLELISM
-from verifier.settings import Settings
 
 NO_LIMITS = "roles:\n  moderator: {max_level: 1, actions: [verify]}\n"
 LIMITS = "roles:\n  moderator: {max_level: 1, actions: [verify], limits: {texts_per_minute: 10}}\n"
@@ -73,7 +73,7 @@ def test_workers_flag_values():
 def test_serve_logs_the_warning(tmp_path, monkeypatch):
     import uvicorn
 
-    from verifier import logs
+    from verifier.base import logs
     from verifier.cli import serve, serve_workers
 
     calls, warnings = {}, []
@@ -84,7 +84,7 @@ def test_serve_logs_the_warning(tmp_path, monkeypatch):
     settings = _with_secrets(_settings(tmp_path, LIMITS))
     args = argparse.Namespace(workers=2, host=None, port=None, hero_settings=settings)
     serve.cmd_serve(args)
-    assert calls["workers"] == 2 and calls["factory"] is True and calls["target"] == "verifier.app:app_from_env"
+    assert calls["workers"] == 2 and calls["factory"] is True and calls["target"] == "verifier.api.app:app_from_env"
     assert any("up to 2x its configured quota" in w for w in warnings)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from verifier import metrics
+from verifier.base import metrics
 from verifier.jobs.observe import JobQueueCollector, LogCollector, api_public_registry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def _served(sqlite_url: str, home: Path) -> set[str]:
     from verifier.provider import vllm_metrics
 
     vllm_metrics.metrics()  # the vLLM plugin's series, on vLLM's /metrics (registered where the plugin runs)
-    names = {m.name for m in REGISTRY.collect()}  # the service's counters and histograms (verifier.metrics)
+    names = {m.name for m in REGISTRY.collect()}  # the service's counters and histograms (verifier.base.metrics)
     assert "hero_jobs" in names and metrics.JOBS is not None
     db = open_database(make_settings(home, sqlite_url))  # the workers' queue gauges, read from a real database
     try:

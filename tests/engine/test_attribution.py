@@ -15,10 +15,10 @@ from scipy import stats as sps
 from tests.helpers.keys import make_keyset
 from tests.helpers.synthetic import generate
 from verifier.engine.decoder import Decoder
-from verifier.engine.generation import HeroLogitsProcessor
 from verifier.engine.keys import KeySet
 from verifier.engine.profile import make_profile
 from verifier.engine.verdicts import missing_levels as _missing_levels
+from verifier.provider.generation import HeroLogitsProcessor
 
 PROFILE = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), spec_version=2)
 N = 200  # tokens per text

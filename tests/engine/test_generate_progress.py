@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tests.helpers.keys import make_keyset
-from verifier.engine.generation import generate_watermarked
 from verifier.engine.profile import default_profile
+from verifier.provider.generation import generate_watermarked
 
 
 @pytest.mark.model

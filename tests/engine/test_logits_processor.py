@@ -8,8 +8,9 @@ import torch
 
 from tests.helpers.keys import make_keyset
 from verifier.engine.decoder import Decoder
-from verifier.engine.generation import HeroLogitsProcessor, generate_watermarked, make_warpers
 from verifier.engine.profile import default_profile, v1_profile
+from verifier.engine.warpers import make_warpers
+from verifier.provider.generation import HeroLogitsProcessor, generate_watermarked
 
 PROMPTS = ["The minister said on Monday that", "Shares in the technology group rose sharply after the company"]
 
@@ -88,7 +89,7 @@ def test_processor_rejects_mismatched_inputs():
 def test_a_prompt_shorter_than_the_context_is_left_padded(profile):
     """A one-token prompt (h = 3 or 4): the processor draws from its first step on (it used to fail on a
     context of fewer than h ids), and the vLLM plugin's context_tail pads the same way."""
-    from verifier.engine.generation import context_tail
+    from verifier.engine.fused import context_tail
 
     h, ks = profile.context_width, make_keyset(profile)
     scores = torch.randn(1, profile.vocab_size, generator=torch.Generator().manual_seed(0))

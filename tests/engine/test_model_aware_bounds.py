@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from verifier.cancel import Deadline, DecodeStopped, overdue, running
+from verifier.base.cancel import Deadline, DecodeStopped, overdue, running
 from verifier.engine import model_aware as ma
 from verifier.engine import reference
 from verifier.engine.profile import default_profile

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from verifier.base.resources import project_root
 from verifier.engine.profile import PROFILES_DIR, ProfileError, load_profile, profile_from_dict
-from verifier.resources import project_root
 
 ROOT = project_root()
 SHIPPED = sorted([*PROFILES_DIR.glob("*.yaml"), *(ROOT / "research" / "profiles").rglob("*.yaml"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from verifier.engine.generation import encode_prompts
+from verifier.provider.generation import encode_prompts
 
 
 def _ids(tok, prompts):

@@ -164,7 +164,7 @@ def _vector_profile(v, spec_version=3):
 
 def test_v3_generation_step_from_master_secrets(v3):
     """Derivation, level seed ^ value key, routing: the sampler (engine tables) gives the frozen token."""
-    from verifier.engine.generation import make_sampler
+    from verifier.engine.fused import make_sampler
 
     for v in v3["sample"]:
         profile = _vector_profile(v)

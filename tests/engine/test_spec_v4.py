@@ -112,7 +112,7 @@ def _vector_profile(v, issued: bool = False):
 
 def step_cases(v4, issued: bool = False):
     """(FusedSampler of spec 4 over the engine's sampler, logits, context, payload, token) per sample vector."""
-    from verifier.engine.generation import make_sampler
+    from verifier.engine.fused import make_sampler
 
     out = []
     for v in v4["sample"]:
@@ -277,7 +277,7 @@ def test_v4_sampler_is_unbiased_per_step_over_keys():
     for 4 (model, user) pairs with distinct value keys at both levels: 10,000 independent draws), the fused step
     every generation path calls draws P exactly: chi-square over mass bins does not reject at 1e-3, at two steps
     (two contexts and distributions). Rows sharing a value key would share its draw (not independent)."""
-    from verifier.engine.generation import make_sampler
+    from verifier.engine.fused import make_sampler
 
     vocab, masters = 2000, 2500
     prof = profile_from_dict({"name": "u", "spec_version": 4, "vocab_size": vocab, "context_width": 3,

@@ -73,7 +73,7 @@ def test_v5_vectors_lanes_and_levels(v5):
 def test_v5_generation_step_matches_the_frozen_vectors(v5, backend):
     """The fused step every generation path calls gives the frozen tokens, before and after the front, with 2 and 3
     levels, in float64 and float32."""
-    from verifier.engine.generation import make_fused_sampler
+    from verifier.engine.fused import make_fused_sampler
 
     seen_levels = set()
     for v in v5["sample"]:
@@ -263,7 +263,7 @@ def test_v5_model_aware_decoding_with_generator_probabilities(syn_keys):
 def test_v5_step_is_unbiased_per_step_over_keys():
     """Theorem 1 for the v5 step: at one context, over keys (2,000 master pairs x 4 payloads), the tokens follow
     P exactly (chi-square over mass bins), in the all-public front and after it (where the lane picks a level)."""
-    from verifier.engine.generation import make_fused_sampler
+    from verifier.engine.fused import make_fused_sampler
 
     vocab, masters = 2000, 2000
     prof = profile_from_dict({"name": "u", "spec_version": 5, "vocab_size": vocab, "context_width": 3, "segments": 1,

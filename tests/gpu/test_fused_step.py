@@ -439,7 +439,7 @@ def test_v3_step_on_cuda_matches_the_frozen_vectors():
 
 def _v3_cases(device: str = "cpu"):
     """Spec v3's frozen sample vectors: (FusedSampler over the engine's v3 sampler, logits, context, payload, token)."""
-    from verifier.engine.generation import make_sampler
+    from verifier.engine.fused import make_sampler
 
     out = []
     for v in json.loads((VECTORS / "hero_v3.json").read_text())["sample"]:
@@ -478,7 +478,7 @@ def check_v3(backend: str | None, dtypes=(torch.float64, torch.float32)) -> None
 @pytest.mark.skipif(not native_ok, reason="C kernel not built")
 def test_v3_native_step_agrees_with_torch_on_random_batches():
     """Beyond the vectors: v3 profiles of several shapes, batches with masked logits, threads."""
-    from verifier.engine.generation import make_sampler
+    from verifier.engine.fused import make_sampler
 
     rng = random.Random(3)
     for vocab, sched, bits in [(600, (7,), (2, 3)), (4000, (20,), (2, 3)), (1000, (4, 3), (1, 2, 2))]:

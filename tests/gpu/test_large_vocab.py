@@ -41,7 +41,7 @@ def wide_profile(spec: int) -> Profile:
 
 def step_case(spec: int, rows: int = 8, seed: int = 0, device: str = "cpu"):
     """(FusedSampler, logits [rows, V] float64, contexts, payloads, generated) for one watermarked step."""
-    from verifier.engine.generation import make_sampler
+    from verifier.engine.fused import make_sampler
 
     rng = random.Random(seed * 10 + spec)
     profile = wide_profile(spec)

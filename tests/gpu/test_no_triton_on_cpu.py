@@ -12,8 +12,8 @@ from pathlib import Path
 PROBE = """
 import sys
 from fastapi.testclient import TestClient
-from verifier.app import create_app
-from verifier.settings import Settings
+from verifier.api.app import create_app
+from verifier.base.settings import Settings
 app = create_app(Settings(dev_mode=True))
 with TestClient(app) as c:
     assert c.post("/v1/keys/init", headers={"Authorization": "Bearer " + sys.argv[1]}).status_code in (201, 401)

@@ -15,7 +15,7 @@ from gpu.sampler import HeroSampler
 from gpu.step import ContextLog, FusedSampler
 from tests.gpu.test_fused_step import CPU_BACKENDS, has_cuda
 from verifier.engine import reference as R
-from verifier.engine.generation import new_opening
+from verifier.engine.fused import new_opening
 from verifier.engine.profile import profile_from_dict
 
 
@@ -167,8 +167,8 @@ def test_identical_requests_stop_coinciding(backend):
 
 def test_engine_processor_applies_the_gate():
     """`HeroLogitsProcessor` (hero generate, the SDK) holds gated rows unmarked and accounts their surprisal."""
-    from verifier.engine.generation import HeroLogitsProcessor
     from verifier.engine.keys import KeySet, derive_level_table
+    from verifier.provider.generation import HeroLogitsProcessor
 
     profile = _profile(3)
     ks = KeySet(tuple(derive_level_table(bytes([lv]) * 32, profile, lv, "v") for lv in (1, 2)))

@@ -18,7 +18,7 @@ from gpu import cpu_kernel
 from tests.helpers.keys import fixed_keyset
 from tests.helpers.triton_interpreter import assert_passes_interpreted
 from verifier.engine import reference as R
-from verifier.engine.generation import make_fused_sampler
+from verifier.engine.fused import make_fused_sampler
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import profile_from_dict, resolve_profile
 

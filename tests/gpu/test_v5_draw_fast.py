@@ -15,7 +15,7 @@ import torch
 from gpu import cpu_kernel
 from tests.helpers.keys import fixed_keyset
 from verifier.engine import reference as R
-from verifier.engine.generation import make_fused_sampler
+from verifier.engine.fused import make_fused_sampler
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import resolve_profile
 

@@ -60,7 +60,7 @@ def live_server(settings) -> Iterator[SimpleNamespace]:
     import uvicorn
 
     from tests.helpers.service import cached_tokenizer_loader
-    from verifier.app import create_app
+    from verifier.api.app import create_app
 
     app = create_app(settings, tokenizer_loader=cached_tokenizer_loader)
     port = free_port()

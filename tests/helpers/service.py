@@ -23,7 +23,7 @@ def cached_tokenizer_loader(name: str):
 
 
 def make_settings(home: Path, url: str, **kw):
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     # profile: the service tests are written for the spec v2 `default` (a new deployment would get v3)
     base = dict(home=home, database_url=url, auto_migrate=True, dev_mode=True, jwks_file=None, jwks_url=None,
@@ -59,7 +59,7 @@ class Service:
 
 def service_factory(hero_home: Path, cls: type[Service] = Service) -> Iterator[Callable[..., Service]]:
     """Yields factory(url, **settings) -> cls; closes every client afterwards."""
-    from verifier.app import create_app
+    from verifier.api.app import create_app
 
     clients: list[TestClient] = []
 

@@ -1,54 +1,68 @@
-"""A synthetic 'language model' for fast statistical tests: random logits per step (no torch model)."""
+"""A synthetic 'language model' for fast statistical tests: random logits per step (no torch model), drawn by the
+product's own generation step, so what a test measures is what `hero generate`, the SDK and serving engines draw.
+
+Every token goes through gpu/step.py `FusedSampler.step` (built by verifier/engine/fused.py, as every generation
+path builds it), whose mark rule is verifier/engine/reference.py `is_marked`: the first h tokens (spec v2+), a row
+its gated opening still holds and a repeated continuation context are drawn fresh. Nothing here decides a mark.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
+
 import torch
+from torch import Tensor
 
-from gpu.sampler import HeroSampler
+from gpu.opening import OpeningGate
+from verifier.engine.fused import make_fused_sampler, new_opening
+from verifier.engine.keys import KeySet
 from verifier.engine.payload import encode_payload
+from verifier.engine.profile import Profile
 
 
-def generate(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0, context_masking=True,
-             watermark: bool = True, probs: list | None = None):
-    """Returns continuation ids [B, steps] generated with the HeRo sampler (prompt of h random ids).
+def generate(profile: Profile, keyset: KeySet, payloads: Sequence[Mapping[str, int]], steps: int, *,
+             sigma: float = 2.0, seed: int = 0, watermark: bool = True, probs: list[Tensor] | None = None,
+             opening_nats: float | None = None, top_k: int | None = None, backend: str | None = None) -> Tensor:
+    """Continuation ids [B, steps] after a prompt of h random ids, from logits N(0, sigma^2) per step (optionally
+    top-k warped), drawn by the product's step with its gated opening (`opening_nats`: default the product's
+    `OPENING_NATS`, 0: only the first h tokens fresh). Every spec version (v5's level depends on the generator's
+    index, which only the step tracks).
 
-    As in engine/generation.py: repeated contexts and (spec v2) the first h tokens are drawn unmarked;
-    watermark=False draws every token from the same distributions without the watermark. `probs`: a list
-    that receives, per step, the generator's own level probabilities of the chosen tokens [B, levels]
-    (verifier.engine.model_aware' law: what a model-aware verifier with the generator's exact model would read)."""
+    watermark=False: the same distributions drawn unmarked by the same step, every row held in its opening
+    (the step's own fresh draw; spec v2+, since spec v1 marks held rows too). `probs`: a list that receives, per
+    step, the generator's own level probabilities of the chosen tokens [B, levels] (verifier.engine.model_aware's
+    law: what a model-aware verifier with the generator's exact model would read). `backend`: the step's backend
+    (default: the one the product picks for the device)."""
     g = torch.Generator().manual_seed(seed)
     h, v = profile.context_width, profile.vocab_size
-    sampler = HeroSampler(
-        profile.schedule,
-        profile.segments,
-        [list(t.entries) for t in keyset.tables],
-        keyset.position,
-        stride=profile.routing_stride,
-        seed_keys=[t.level_key for t in keyset.tables],
-    )
+    fs = make_fused_sampler(profile, keyset)
     pay = torch.tensor([encode_payload(profile, p) for p in payloads])
     b = len(payloads)
     ids = torch.randint(0, v, (b, h), generator=g)
-    seen = [set() for _ in range(b)]
-    for t in range(steps):
+    generated = torch.zeros(b, dtype=torch.int64)
+    log = fs.new_log(b, capacity=steps + 1)
+    opening = new_opening(profile, b, opening_nats) if watermark else _held_throughout(profile, b, steps)
+    for _ in range(steps):
         logits = torch.randn(b, v, generator=g) * sigma
-        ctx = ids[:, -h:]
-        mark = torch.full((b,), watermark, dtype=torch.bool)
-        if t < h and profile.spec_version >= 2:
-            mark[:] = False
-        elif context_masking and t >= h:
-            for i, row in enumerate(ctx.tolist()):
-                if tuple(row) in seen[i]:
-                    mark[i] = False
-                seen[i].add(tuple(row))
-        tok = sampler.sample(logits, ctx, pay, mark, g)
+        if top_k:
+            kth = logits.topk(top_k, dim=1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        tok = fs.step(logits, ids[:, -h:], pay, generated, log, g, backend=backend, opening=opening)
         if probs is not None:
             probs.append(_level_probs(profile, logits, tok))
         ids = torch.cat([ids, tok.unsqueeze(1)], dim=1)
     return ids[:, h:]
 
 
-def _level_probs(profile, logits, tok):
+def _held_throughout(profile: Profile, rows: int, steps: int) -> OpeningGate:
+    """An opening that never ends within `steps` tokens: the step draws every token fresh (spec v2+)."""
+    if profile.spec_version < 2:
+        raise ValueError("spec v1 marks every token its opening holds: no unmarked draw through the step")
+    return OpeningGate.new(rows, math.inf, cap=steps + 1)
+
+
+def _level_probs(profile: Profile, logits: Tensor, tok: Tensor) -> Tensor:
     from verifier.engine.model_aware import routing_prefixes
 
     pref = torch.from_numpy(routing_prefixes(profile))
@@ -65,7 +79,7 @@ def _level_probs(profile, logits, tok):
     return torch.stack(out, dim=1)
 
 
-def bit_errors(profile, level: int, decoded: dict, truth: dict) -> tuple[int, int]:
+def bit_errors(profile: Profile, level: int, decoded: dict, truth: dict) -> tuple[int, int]:
     """(correct bits, total bits) of one level's fields; undecoded fields count as wrong."""
     ok = tot = 0
     for f in profile.levels[level - 1].fields:
@@ -74,29 +88,3 @@ def bit_errors(profile, level: int, decoded: dict, truth: dict) -> tuple[int, in
             tot += 1
             ok += v is not None and ((v >> i) & 1) == ((t >> i) & 1)
     return ok, tot
-
-
-def generate_fused(profile, keyset, payloads, steps: int, *, sigma: float = 2.0, seed: int = 0,
-                   backend: str | None = None, opening_nats: float = 0.0, top_k: int | None = None):
-    """Continuation ids [B, steps] drawn by the product's one generation step (gpu/step.py `FusedSampler`, via
-    verifier.engine.generation), from random logits (optionally top-k warped): every spec version, spec v5
-    included (its level depends on the generator's index, which only the fused step tracks)."""
-    from verifier.engine.generation import make_fused_sampler, new_opening
-
-    g = torch.Generator().manual_seed(seed)
-    h, v = profile.context_width, profile.vocab_size
-    fs = make_fused_sampler(profile, keyset)
-    pay = torch.tensor([encode_payload(profile, p) for p in payloads])
-    b = len(payloads)
-    ids = torch.randint(0, v, (b, h), generator=g)
-    gen = torch.zeros(b, dtype=torch.int64)
-    log = fs.new_log(b, capacity=steps + 1)
-    opening = new_opening(profile, b, opening_nats) if opening_nats else None
-    for _ in range(steps):
-        logits = torch.randn(b, v, generator=g) * sigma
-        if top_k:
-            kth = logits.topk(top_k, dim=1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        tok = fs.step(logits, ids[:, -h:], pay, gen, log, g, backend=backend, opening=opening)
-        ids = torch.cat([ids, tok.unsqueeze(1)], dim=1)
-    return ids[:, h:]

@@ -26,7 +26,7 @@ from tests.helpers.keys import fixed_keyset
 from tests.provider.test_sdk import _bundle
 from verifier.engine import reference as R
 from verifier.engine.decoder import Decoder
-from verifier.engine.generation import make_fused_sampler
+from verifier.engine.fused import make_fused_sampler
 from verifier.engine.payload import encode_payload
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
@@ -88,8 +88,7 @@ def _decoder(deployment) -> Decoder:
 
 def _verifier_tokenizer(profile):
     """What `hero decode` and the service read a text with: tokenizer.json alone, checked against the profile."""
-    from verifier.lm import TokenizerCache
-    from verifier.offline import decode_tokenizer
+    from verifier.lm import TokenizerCache, decode_tokenizer
 
     return TokenizerCache(decode_tokenizer).for_profile(profile)
 

@@ -12,10 +12,10 @@ import torch
 
 from tests.helpers import bundles
 from tests.helpers.keys import make_keyset
-from verifier.engine.generation import HeroLogitsProcessor
 from verifier.engine.payload import PayloadError
 from verifier.engine.profile import default_profile, v1_profile
 from verifier.provider import BundleSampler, RequestState, generate_keypair, logits_processor
+from verifier.provider.generation import HeroLogitsProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
 

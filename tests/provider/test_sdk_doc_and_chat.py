@@ -57,9 +57,9 @@ class _ChatTokenizer:
 
 def test_sdk_generate_takes_chat_prompts(monkeypatch):
     from tests.vectors.make_generation_vector import fixed_keyset, opened_bundle
-    from verifier.engine.generation import Generation
     from verifier.engine.profile import default_profile
     from verifier.provider import sampling
+    from verifier.provider.generation import Generation
 
     profile = default_profile()
     bundle = opened_bundle(profile, fixed_keyset(profile))

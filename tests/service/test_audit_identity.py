@@ -18,8 +18,8 @@ from verifier.audit.models import AuditEventRow
 from verifier.audit.service import AuditEvent, AuditUnavailable, record_with_receipts
 from verifier.audit.signer import signer_from_settings
 from verifier.audit.transparency import MemoryTree, event_leaf, make_receipt
-from verifier.db import Database, upgrade
-from verifier.settings import Settings
+from verifier.base.db import Database, upgrade
+from verifier.base.settings import Settings
 
 # No NUL: PostgreSQL text cannot hold it (the append fails closed there, as before).
 ODD = ['"', "\\", "\n", "\r", "\t", "\x1f", "\x7f", "/", "é", "€", "\u2028", "😀", " ", "a", "Z", "0", ","]

@@ -19,15 +19,15 @@ from verifier.audit.service import AuditEvent, record_with_receipts, text_digest
 from verifier.audit.signer import signer_from_settings
 from verifier.audit.transparency import MemoryTree, TreeView, leaf_hash, verify_receipt
 from verifier.audit.transparency import frontier_nodes as frontier
-from verifier.db import Database, upgrade
-from verifier.settings import Settings
+from verifier.base.db import Database, upgrade
+from verifier.base.settings import Settings
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time
     from verifier.audit.service import AuditEvent, record_with_receipts, text_digest
     from verifier.audit.signer import signer_from_settings
-    from verifier.db import Database
-    from verifier.settings import Settings
+    from verifier.base.db import Database
+    from verifier.base.settings import Settings
 
     url, home, tag, batches, size, go = sys.argv[1:7]
     settings = Settings(home=home, database_url=url)

@@ -214,7 +214,7 @@ def test_jwks_rejects_symmetric_mixed_or_private_keys(jwk):
 def test_leeway_setting_is_capped():
     from pydantic import ValidationError
 
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     with pytest.raises(ValidationError):
         Settings(jwt_leeway_seconds=61)

@@ -42,7 +42,7 @@ def test_unknown_kid_flood_waits_for_a_fetch_only_a_few_at_a_time(tmp_path):
     from verifier.auth.jwt import KeySource
 
     waiters = getattr(jwt, "FETCH_WAITERS_MAX", 4)
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     release = threading.Event()
 

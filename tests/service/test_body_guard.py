@@ -40,7 +40,7 @@ def server(tmp_path):
     env = dict(os.environ, HERO_HOME=str(tmp_path / "home"), HERO_DEV_MODE="1",
                HERO_DATABASE_URL=f"sqlite:///{tmp_path / 'srv.db'}", HERO_LOG_LEVEL="WARNING")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "verifier.app:app_from_env", "--host", "127.0.0.1",
+        [sys.executable, "-m", "uvicorn", "--factory", "verifier.api.app:app_from_env", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
@@ -143,7 +143,7 @@ def test_unauthenticated_63mb_body_is_never_read(server):
 
 def test_authenticated_63mb_nested_body_is_refused_without_building_it(server):
     from verifier.auth.devkeys import mint_token
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     base, port, proc, env = server
     settings = Settings(home=Path(env["HERO_HOME"]), dev_mode=True)
@@ -187,7 +187,7 @@ def test_moderator_2mb_of_non_string_items_is_refused_at_the_first(server):
     this machine's idle noise measured in the same run; on 620acb1 both were seconds. Idle-machine figures:
     422 in ~0.05 s, /healthz <= ~10 ms."""
     from verifier.auth.devkeys import mint_token
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     base, port, proc, env = server
     token = mint_token(Settings(home=Path(env["HERO_HOME"]), dev_mode=True), "moderator", "mallory")

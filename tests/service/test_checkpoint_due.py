@@ -12,8 +12,8 @@ from verifier.audit.models import CheckpointRow
 from verifier.audit.service import AuditEvent, AuditUnavailable, record_with_receipts, text_digest, verify_chain
 from verifier.audit.signer import signer_from_settings
 from verifier.audit.transparency import verify_receipt
-from verifier.db import Database, upgrade
-from verifier.settings import Settings
+from verifier.base.db import Database, upgrade
+from verifier.base.settings import Settings
 
 INTERVAL = 300.0
 

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import text
 
-from verifier import db as dbmod
-from verifier.db import Database, upgrade
+from verifier.base import db as dbmod
+from verifier.base.db import Database, upgrade
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def test_pool_size_and_pgbouncer_mode_reach_the_engine(pg_url, tmp_path):
 def test_rate_limit_urls_name_their_limits_storage():
     from limits.storage import RedisSentinelStorage, RedisStorage
 
-    from verifier.ratelimit import RedisCounter
+    from verifier.base.ratelimit import RedisCounter
 
     assert isinstance(RedisCounter("redis://127.0.0.1:6379/15").storage, RedisStorage)
     # Sentinel connects on first use: building the counter needs no running sentinel

@@ -7,8 +7,8 @@ import pytest
 
 from verifier.audit.service import Actor
 from verifier.auth.policy import Grant, Policy, Role
+from verifier.base.errors import Forbidden, InvalidInput, TooLarge
 from verifier.engine.profile import resolve_profile
-from verifier.errors import Forbidden, InvalidInput, TooLarge
 from verifier.verify.disclosure import DIAGNOSTICS, audit_events, check_texts, outcome, released_digest, shape
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.service import matched_version
-from verifier.engine.generation import generate_watermarked
+from verifier.provider.generation import generate_watermarked
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 

@@ -32,7 +32,7 @@ def test_validation_errors_clip_field_names(lite):
 
 
 def test_clip_keeps_short_input_and_marks_a_cut():
-    from verifier.errors import clip
+    from verifier.base.errors import clip
 
     assert clip("model") == "'model'"
     assert len(clip("x" * 1000)) == 64 and clip("x" * 1000).endswith("...")
@@ -40,7 +40,7 @@ def test_clip_keeps_short_input_and_marks_a_cut():
 
 
 def test_metrics_need_a_token_outside_dev_mode(tmp_path, monkeypatch):
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     monkeypatch.delenv("HERO_METRICS_EXPOSURE", raising=False)
     assert Settings(home=tmp_path).metrics_exposure == "auth"
@@ -68,7 +68,7 @@ def test_public_metrics_carry_no_verdict_or_disclosure_counts(make_service, sqli
 def test_the_metrics_port_serves_the_public_view():
     from prometheus_client import generate_latest
 
-    from verifier.metrics import VERIFY_TEXTS, public_registry
+    from verifier.base.metrics import VERIFY_TEXTS, public_registry
 
     VERIFY_TEXTS.labels("watermarked").inc()
     text = generate_latest(public_registry()).decode()

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from verifier.api.fastpath import VerifyFastPath, parse_verify_body
-from verifier.metrics import REQUESTS
+from verifier.base.metrics import REQUESTS
 
 TEXT = "The council met on Tuesday to discuss the new budget for roads and schools in the district, again."
 ROLES = """\

@@ -25,8 +25,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from verifier.auth.jwt import AuthError, TokenVerifier, claim_at, mapped_roles
 from verifier.auth.policy import PolicyError, load_policy
-from verifier.errors import Forbidden
-from verifier.settings import Settings
+from verifier.base.errors import Forbidden
+from verifier.base.settings import Settings
 
 ROLES = Path(__file__).resolve().parents[2] / "policies" / "roles.yaml"
 ROLE_MAP = {"hero-auditors": "auditor", "hero-moderators": "moderator", "hero-admins": "admin"}

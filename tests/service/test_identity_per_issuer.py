@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from tests.service.test_identity import FakeIdPs, _bearer, _jwk, idps  # noqa: F401  (idps: a fixture)
 from verifier.auth.jwt import AuthError, TokenVerifier, claim_at
-from verifier.settings import Settings
+from verifier.base.settings import Settings
 
 COGNITO = "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_AbCd"
 

@@ -201,7 +201,7 @@ def test_alembic_cli_builds_schema(tmp_path, monkeypatch):
 
     from sqlalchemy import create_engine, inspect
 
-    from verifier.settings import REPO_ROOT
+    from verifier.base.settings import REPO_ROOT
 
     url = f"sqlite:///{tmp_path / 'mig.db'}"
     env = {"HERO_DATABASE_URL": url, "PATH": "", "HOME": str(tmp_path)}

@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from verifier.logs import SAFE_FIELDS, JsonFormatter
+from verifier.base.logs import SAFE_FIELDS, JsonFormatter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from verifier.db import alembic_config, upgrade
+from verifier.base.db import alembic_config, upgrade
 
 TABLE = "hero_key_versions"
 

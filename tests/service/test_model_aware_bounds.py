@@ -94,7 +94,7 @@ def test_the_request_token_cap_and_lm_token_quotas(make_service, sqlite_url, lms
 
 @pytest.mark.slow
 def test_a_decode_past_its_deadline_answers_503_and_readyz_reports_a_stuck_one(make_service, sqlite_url, lms):
-    from verifier.cancel import Deadline, running
+    from verifier.base.cancel import Deadline, running
 
     lms["factory"] = lambda vocab: SlowLM(vocab, delay=0.2)
     svc = make_service(sqlite_url, model_aware=True, model_aware_deadline_seconds=0.3,
@@ -117,7 +117,7 @@ def test_a_decode_past_its_deadline_answers_503_and_readyz_reports_a_stuck_one(m
 @pytest.mark.slow
 def test_a_client_disconnect_stops_the_lm(make_service, sqlite_url, lms):
     from verifier.api.verify import _cancellable
-    from verifier.cancel import DecodeStopped
+    from verifier.base.cancel import DecodeStopped
     from verifier.verify.runner import DecodeJob
 
     lms["factory"] = lambda vocab: SlowLM(vocab, delay=0.3)
@@ -152,7 +152,7 @@ SERVER = textwrap.dedent("""
 
     lm.load_model = load_model
     from tests.helpers.service import make_settings
-    from verifier.app import create_app
+    from verifier.api.app import create_app
     settings = make_settings(__import__("pathlib").Path(sys.argv[1]), sys.argv[2], model_aware=True,
                              model_aware_batch_tokens=256, model_aware_deadline_seconds=600)
     uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[3]), log_level="warning")

@@ -1,4 +1,4 @@
-"""A global bound on model-aware decodes per process (issue 52, N2; verifier/workslots.py).
+"""A global bound on model-aware decodes per process (issue 52, N2; verifier/base/workslots.py).
 
 Before (7ed75c2) nothing bounded them: 4-6 concurrent requests at the token caps each ran the LM on every core,
 all missed the 120 s deadline (503, quota charged), the resident memory ratcheted up and stayed, and one 500
@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from tests.service.test_model_aware_bounds import SlowLM, lms  # noqa: F401  (lms: a fixture)
 from tests.service.test_scoring import HUMAN
 from verifier.audit.models import AuditEventRow
-from verifier.workslots import Busy, WorkSlots, auto_slots
+from verifier.base.workslots import Busy, WorkSlots, auto_slots
 
 
 def test_auto_slots_from_cores_and_memory():

@@ -30,7 +30,7 @@ def _verify(svc, texts: list[str], role: str = "auditor") -> list[dict]:
 @pytest.fixture
 def deployment(hero_home, monkeypatch, make_service):
     """A deployment as a user has one: the CLI and the service on HERO_HOME's database, no HERO_PROFILE."""
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     for name in ("HERO_PROFILE", "HERO_URL", "HERO_TOKEN", "HERO_PROFILES_DIR", "HERO_DATABASE_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -90,9 +90,9 @@ def test_a_v3_deployment_moved_to_v5_keeps_decoding_its_v3_texts(deployment, cap
 
 
 def test_profile_use_records_the_choice_and_a_second_use_makes_no_keys(deployment, capsys):
+    from verifier.base.settings import Settings
     from verifier.keys.deployment import ProfileChoiceError, choose_profile, recorded_profile
     from verifier.process import open_database
-    from verifier.settings import Settings
 
     assert _cli(capsys, "keys", "init", "--profile", "v3")[0] == 0
     assert _cli(capsys, "keys", "init", "--profile", "v4")[0] == 0

@@ -15,8 +15,8 @@ from alembic import command
 from sqlalchemy import create_engine, text
 
 from verifier.audit.service import Actor
-from verifier.db import alembic_config, upgrade
-from verifier.errors import InvalidInput
+from verifier.base.db import alembic_config, upgrade
+from verifier.base.errors import InvalidInput
 from verifier.provider import generate_keypair
 from verifier.registry import service
 from verifier.registry.service import ProviderForbidden, trusted_issuers
@@ -66,7 +66,7 @@ def test_registration_names_a_trusted_issuer(lite):
 
 
 def test_trusted_issuers_from_the_settings():
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     assert trusted_issuers(Settings(dev_mode=True)) == ("hero-dev",)
     oidc = Settings(dev_mode=False, jwks_file=None, jwks_url=None, oidc_issuer=A)

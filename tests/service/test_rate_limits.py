@@ -14,7 +14,7 @@ TEXT = "An ordinary sentence that nobody watermarked, long enough to be scored."
 
 
 def _roles(tmp_path, moderator_limits: dict) -> str:
-    from verifier.settings import REPO_ROOT
+    from verifier.base.settings import REPO_ROOT
 
     data = yaml.safe_load((REPO_ROOT / "policies" / "roles.yaml").read_text())
     data["roles"]["moderator"]["limits"] = moderator_limits
@@ -100,7 +100,7 @@ def _redis_url() -> str:
 
 
 def test_redis_counters_are_shared_between_processes():
-    from verifier.ratelimit import RateLimited, RateLimiter, RedisCounter, RoleLimits
+    from verifier.base.ratelimit import RateLimited, RateLimiter, RedisCounter, RoleLimits
 
     url = _redis_url()
     limits = RoleLimits(texts_per_minute=3)
@@ -121,7 +121,7 @@ def test_redis_counters_are_shared_between_processes():
 @pytest.fixture(params=["memory", "redis"])
 def new_counter(request):
     """A factory of counters of one kind (Redis: every test uses fresh role and subject names)."""
-    from verifier.ratelimit import MemoryCounter, RedisCounter
+    from verifier.base.ratelimit import MemoryCounter, RedisCounter
 
     if request.param == "memory":
         return MemoryCounter
@@ -130,7 +130,7 @@ def new_counter(request):
 
 
 def _charge(limiter, role, sub, limits, n) -> bool:
-    from verifier.ratelimit import RateLimited
+    from verifier.base.ratelimit import RateLimited
 
     try:
         limiter.charge(role, sub, limits, n)
@@ -143,7 +143,7 @@ def test_concurrent_burst_at_the_limit_accepts_exactly_the_limit(new_counter):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from verifier.ratelimit import RateLimiter, RoleLimits
+    from verifier.base.ratelimit import RateLimiter, RoleLimits
 
     limiter = RateLimiter(new_counter())
     role, limits = f"role-{uuid.uuid4().hex}", RoleLimits(role_texts_per_minute=100)
@@ -165,7 +165,7 @@ def test_refused_charges_take_nothing_from_other_callers(new_counter):
     import threading
     import time
 
-    from verifier.ratelimit import RateLimiter, RoleLimits
+    from verifier.base.ratelimit import RateLimiter, RoleLimits
 
     limiter = RateLimiter(new_counter())
     role, limits = f"role-{uuid.uuid4().hex}", RoleLimits(role_texts_per_minute=1000)
@@ -198,7 +198,7 @@ def test_no_burst_across_a_window_edge(new_counter, monkeypatch):
     window let 2x through: the limit at the end of one minute, the limit again at the start of the next)."""
     import random
 
-    from verifier.ratelimit import RateLimiter, RoleLimits
+    from verifier.base.ratelimit import RateLimiter, RoleLimits
 
     limiter = RateLimiter(new_counter())
     now = [60.0 * 1_000_000 + 59.0]  # one second before a minute boundary

@@ -27,7 +27,8 @@ import json, sys
 from verifier.audit.transparency import verify_receipt
 data = json.load(sys.stdin)
 cp = verify_receipt(data["receipt"], data["vkey"], origin=data["origin"], text=data["text"])
-heavy = [m for m in ("sqlalchemy", "fastapi", "starlette", "verifier.db", "verifier.audit.service") if m in sys.modules]
+heavy = [m for m in ("sqlalchemy", "fastapi", "starlette", "verifier.base.db", "verifier.audit.service")
+         if m in sys.modules]
 print(json.dumps({"size": cp.size, "heavy": heavy}))
 """
 

@@ -13,7 +13,7 @@ import verifier.audit.models
 import verifier.jobs.models
 import verifier.keys.models
 import verifier.registry.models  # noqa: F401  (register every table on Base.metadata)
-from verifier.db import Base, upgrade
+from verifier.base.db import Base, upgrade
 
 
 def _norm(sql: str) -> str:

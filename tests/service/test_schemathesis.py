@@ -18,7 +18,7 @@ EXAMPLES = int(os.environ.get("HERO_FUZZ_EXAMPLES", "150"))
 
 @pytest.fixture
 def fuzz_app(hero_home, tmp_path):
-    from verifier.app import create_app
+    from verifier.api.app import create_app
 
     s = make_settings(hero_home, f"sqlite:///{tmp_path / 'fuzz.db'}", max_body_bytes=65536)
     app = create_app(s, tokenizer_loader=cached_tokenizer_loader)

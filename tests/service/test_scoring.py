@@ -87,8 +87,8 @@ def test_model_aware_service_scores_with_the_lm_in_verify_and_jobs(make_service,
 
 
 def test_model_aware_setting_reads_the_environment(monkeypatch, tmp_path):
+    from verifier.base.settings import Settings
     from verifier.engine.weighted_decode import DEFAULT_STATISTIC
-    from verifier.settings import Settings
 
     assert Settings(home=tmp_path).model_aware_statistic == DEFAULT_STATISTIC == "union"
     monkeypatch.setenv("HERO_MODEL_AWARE_STATISTIC", "likelihood-ratio")
@@ -107,8 +107,8 @@ def test_model_aware_setting_reads_the_environment(monkeypatch, tmp_path):
 
 def test_edit_floors_setting_reaches_the_scorer(monkeypatch, tmp_path):
     """HERO_MODEL_AWARE_EDIT_FLOORS (a JSON list; [] = verbatim readings only) is the scorer's weighting."""
+    from verifier.base.settings import Settings
     from verifier.engine.weighted_decode import DEFAULT_EDIT_FLOORS
-    from verifier.settings import Settings
     from verifier.verify.scoring import model_aware_scorer
 
     assert Settings(home=tmp_path).model_aware_edit_floors == DEFAULT_EDIT_FLOORS == (1e-4, 1e-5)
@@ -145,7 +145,7 @@ def test_the_deployments_sampling_reaches_the_scorer_and_the_verdicts(make_servi
                                                                        monkeypatch, tmp_path, statistic):
     """HERO_MODEL_AWARE_TOP_K / _TOP_P: model-aware scoring reads the re-run under the providers' warp
     (engine/model_aware.DeploymentSampling); a watermarked text still decodes and human text stays absent."""
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
     from verifier.verify.scoring import deployment_sampling
 
     monkeypatch.setenv("HERO_MODEL_AWARE_TOP_K", "50")

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from verifier.auth.jwt import AuthError, TokenVerifier
-from verifier.settings import Settings
+from verifier.base.settings import Settings
 
 
 def _jwks(path, key, kid="idp-1"):

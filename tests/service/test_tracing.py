@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from verifier.logs import JsonFormatter
+from verifier.base.logs import JsonFormatter
 
 pytest.importorskip("opentelemetry.sdk.trace")
 

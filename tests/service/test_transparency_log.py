@@ -217,7 +217,7 @@ def test_migration_adds_existing_events_to_the_tree(db_url):
     from verifier.audit.models import AuditEventRow
     from verifier.audit.service import GENESIS, compute_hash, row_fields
     from verifier.audit.verification import verify_chain
-    from verifier.db import Database, upgrade
+    from verifier.base.db import Database, upgrade
 
     upgrade(db_url, "0002")
     db = Database(db_url)

@@ -63,7 +63,7 @@ def drive(processor, profile) -> list[list[int]]:
 
 
 def engine_path(profile, keyset) -> list[list[int]]:
-    from verifier.engine.generation import HeroLogitsProcessor
+    from verifier.provider.generation import HeroLogitsProcessor
 
     return drive(HeroLogitsProcessor(profile, keyset, PAYLOADS, generator=torch.Generator().manual_seed(SEED)),
                  profile)
@@ -202,7 +202,7 @@ def tiny_model(vocab: int):
 
 
 def generate_path(profile, keyset, model=None) -> list[list[int]]:
-    from verifier.engine.generation import generate_watermarked
+    from verifier.provider.generation import generate_watermarked
 
     model = model or tiny_model(profile.vocab_size)
     gens = generate_watermarked(model, _Tokenizer(), _prompts(profile), PAYLOADS, profile, keyset, max_new_tokens=STEPS,

@@ -18,9 +18,9 @@ from sqlalchemy import func, select
 from tests.helpers import postgres
 from tests.helpers.workers import free_port, make_texts
 from verifier.audit.models import AuditEventRow
+from verifier.base.settings import Settings
 from verifier.jobs.models import JobItemRow
 from verifier.jobs.queue import make_celery
-from verifier.settings import Settings
 
 MASTER = "hero-master"
 OPTIONS = json.dumps({"master_name": MASTER})

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.workers import Process, make_texts
 from tests.workers.conftest import _env
-from verifier.logs import JsonFormatter
+from verifier.base.logs import JsonFormatter
 
 pytest.importorskip("opentelemetry.sdk.trace")
 

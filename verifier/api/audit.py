@@ -15,35 +15,15 @@ from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx
 from verifier.api.dependencies import AuditReader, VerifyCaller, current_principal
 from verifier.audit import merkle
+from verifier.audit.schemas import AuditEventOut, AuditEventsOut
 from verifier.audit.service import list_events, verify_chain
 from verifier.auth.principal import Principal
-from verifier.errors import InvalidInput, NotFound
+from verifier.base.errors import InvalidInput, NotFound
+
+# The listed event's schema has one home, the audit layer's (verifier/audit/schemas.py): re-exported here.
+__all__ = ["AuditEventOut", "AuditEventsOut", "router"]
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=JsonRoute)
-
-
-class AuditEventOut(BaseModel):
-    idx: int
-    created_at: str
-    action: str
-    subject: str
-    role: str
-    jti: str
-    levels: list[int]
-    key_version: str | None
-    text_sha256: str | None
-    outcome: str
-    detail: str | None
-    prev_hash: str
-    hash: str
-    # the token issuer that vouched for `subject` (None: the operator's CLI, or an event written before issuers
-    # were recorded); part of the hashed fields only when set (verifier/audit/chain.row_fields)
-    issuer: str | None = None
-
-
-class AuditEventsOut(BaseModel):
-    events: list[AuditEventOut]
-    next_after: int | None
 
 
 class ChainReportOut(BaseModel):

@@ -20,14 +20,14 @@ from verifier.audit.signer import LogSigner, signer_from_settings
 from verifier.auth.jwt import TokenVerifier
 from verifier.auth.policy import Grant, Policy
 from verifier.auth.principal import Principal
-from verifier.db import Database
+from verifier.base.db import Database
+from verifier.base.ratelimit import MemoryCounter, RateLimiter, make_rate_limiter
+from verifier.base.settings import Settings
 from verifier.engine.profile import Profile
 from verifier.jobs.dispatch import CeleryDispatcher, Dispatcher, InProcessDispatcher
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
 from verifier.process import build_process
-from verifier.ratelimit import MemoryCounter, RateLimiter, make_rate_limiter
-from verifier.settings import Settings
 from verifier.verify.batcher import Batcher
 from verifier.verify.disclosure import charge_quota, check_lm_tokens, check_texts
 from verifier.verify.runner import DecodeRunner

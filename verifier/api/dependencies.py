@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from verifier.api.context import Ctx, ServiceContext
 from verifier.auth.jwt import AuthError, Claims
 from verifier.auth.principal import Principal
-from verifier.errors import Forbidden, Unauthorized, clip
+from verifier.base.errors import Forbidden, Unauthorized, clip
 
 bearer = HTTPBearer(auto_error=False, description="JWT signed with an EdDSA, ES256, ES384, RS256 or PS256 key from "
                    "the trusted key set (HERO_JWKS_FILE / HERO_JWKS_URL / HERO_OIDC_ISSUER)")

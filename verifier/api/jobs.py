@@ -20,12 +20,12 @@ from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx, ServiceContext
 from verifier.api.dependencies import VerifyCaller
 from verifier.auth.principal import Principal
-from verifier.errors import BadRequest, Conflict, InvalidInput, NotFound
+from verifier.base.errors import BadRequest, Conflict, InvalidInput, NotFound
+from verifier.base.metrics import JOB_TEXTS, JOBS
 from verifier.jobs import service as jobs
 from verifier.jobs.dispatch import fanout
 from verifier.jobs.retention import maybe_purge
 from verifier.jobs.schemas import IndexedResult, JobAccepted, JobIn, JobListOut, JobOut, JobResultsPage
-from verifier.metrics import JOB_TEXTS, JOBS
 
 log = logging.getLogger("hero.jobs")
 _RESULT_LINE = TypeAdapter(IndexedResult)

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx, ServiceContext
 from verifier.api.dependencies import KeyAdmin, KeyReader
-from verifier.errors import Conflict, InvalidInput, NotFound
+from verifier.base.errors import Conflict, InvalidInput, NotFound
 from verifier.keys.schemas import DestroyIn, IssuedOut, IssueIn, KeyInitIn, KeyListOut, KeyVersionOut
 from verifier.keys.service import version_meta
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from verifier.metrics import AUTH_FAILURES, BODY_REJECTIONS, REQUEST_SECONDS, REQUESTS
+from verifier.base.metrics import AUTH_FAILURES, BODY_REJECTIONS, REQUEST_SECONDS, REQUESTS
 
 log = logging.getLogger("hero.http")
 

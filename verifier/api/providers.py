@@ -13,7 +13,7 @@ from verifier.api.bodies import JsonRoute
 from verifier.api.context import Ctx
 from verifier.api.dependencies import require
 from verifier.auth.principal import Principal
-from verifier.errors import NotFound
+from verifier.base.errors import NotFound
 from verifier.keys.decodable import iso
 from verifier.registry import service
 from verifier.registry.schemas import BundleIn, BundleOut, ProviderIn, ProviderListOut, ProviderOut

@@ -17,7 +17,7 @@ from verifier.api.dependencies import EvidenceReader, VerifyCaller
 from verifier.audit.service import record
 from verifier.auth.policy import Grant
 from verifier.auth.principal import Principal
-from verifier.errors import DomainError, InvalidInput
+from verifier.base.errors import DomainError, InvalidInput
 from verifier.verify.evidence import token_evidence
 from verifier.verify.expect import check_cap, refusal_events
 from verifier.verify.runner import DecodeJob
@@ -93,7 +93,7 @@ async def _disconnected(receive: Callable[[], Awaitable[dict]]) -> None:
 async def _cancellable(ctx: ServiceContext, p: Principal, job: DecodeJob,
                        receive: Callable[[], Awaitable[dict]] | None, cap: int | None = None) -> list[dict]:
     """A model-aware decode on its own (not micro-batched: its cost is the LM's, and one caller's cancel must stop
-    only its own work), stopped at its next check when the client disconnects (verifier/cancel.py)."""
+    only its own work), stopped at its next check when the client disconnects (verifier/base/cancel.py)."""
     cancel = threading.Event()
     job = dataclasses.replace(job, cancel=cancel)
     work = asyncio.ensure_future(run_in_threadpool(verify_texts, ctx.runner, ctx.db, job, p.actor, ctx.signer,
@@ -129,7 +129,7 @@ async def verify_call(ctx: ServiceContext, p: Principal, texts: list[str], max_l
 
 @asynccontextmanager
 async def model_slot(ctx: ServiceContext) -> AsyncIterator[None]:
-    """With model-aware scoring, one of the process's slots (verifier/workslots.py) for the whole request, taken
+    """With model-aware scoring, one of the process's slots (verifier/base/workslots.py) for the whole request, taken
     before the quota is charged: a request answered 503 because every slot stayed busy costs the caller nothing.
     Without it, nothing."""
     if not ctx.model_aware:

@@ -1,11 +1,12 @@
-"""ORM rows of the audit log: events (`hash` = SHA-256(prev_hash || canonical JSON)), Merkle nodes, checkpoints."""
+"""ORM rows of the audit log: events (`hash` = SHA-256(prev_hash || canonical JSON, in the form `canon` names)),
+Merkle nodes, checkpoints."""
 
 from __future__ import annotations
 
 from sqlalchemy import Float, Index, Integer, LargeBinary, PrimaryKeyConstraint, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from verifier.db import Base
+from verifier.base.db import Base
 
 
 class AuditEventRow(Base):
@@ -28,6 +29,10 @@ class AuditEventRow(Base):
     hash: Mapped[str] = mapped_column(String(64), nullable=False)  # not indexed: nothing looks it up (0006)
     # the token issuer of the subject (0010); hashed only when set, so events written before it hash as they did
     issuer: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    # the canonicalisation the event is hashed in (0014): "jcs" (RFC 8785) for events appended since; NULL for
+    # those written before, hashed in Python json's form. Hashed when set, so it cannot be stripped
+    # (verifier/audit/transparency.py, CANON_KEY)
+    canon: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class ExpectAskRow(Base):

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from verifier.audit.chain import AppendedEvent
 from verifier.audit.models import AuditEventRow, AuditTreeNodeRow, CheckpointRow
-from verifier.db import driver_sql
+from verifier.base.db import driver_sql
 
 # Arbitrary constant naming the audit chain's advisory lock on PostgreSQL.
 _PG_LOCK_KEY = 0x4845524F_41554454 & 0x7FFFFFFFFFFFFFFF
@@ -21,7 +21,7 @@ def lock_chain(s: Session) -> None:
     """Serialise appenders until the end of the transaction.
 
     PostgreSQL: transaction-scoped advisory lock. SQLite: every transaction is BEGIN IMMEDIATE
-    already (see verifier.db), which holds the database write lock.
+    already (see verifier.base.db), which holds the database write lock.
     """
     conn = s.connection()
     if conn.dialect.name == "postgresql":

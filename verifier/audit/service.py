@@ -1,7 +1,8 @@
 """Hash-chained audit log.
 
 Event i (1-based, contiguous) stores prev_hash = hash of event i-1 (64 zeros for event 1) and
-hash = SHA-256(prev_hash_hex || "\\n" || canonical JSON of its fields, idx included). Editing a row
+hash = SHA-256(prev_hash_hex || "\\n" || canonical JSON of its fields, idx included: RFC 8785 for events appended
+now, marked `canon` = "jcs"; Python json's form for those written before, unmarked). Editing a row
 breaks its own hash; deleting one breaks the index sequence; reordering breaks prev_hash/idx. The
 verifier reports the first index at which the stored chain stops matching.
 
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 from verifier.audit import merkle
 from verifier.audit import repository as repo
 from verifier.audit.chain import (
+    APPEND_CANON,
     GENESIS,
     HASHED_FIELDS,
     AppendedEvent,
@@ -32,8 +34,8 @@ from verifier.audit.chain import (
 )
 from verifier.audit.models import AuditEventRow
 from verifier.audit.verification import ChainReport, verify_chain
-from verifier.db import Database
-from verifier.errors import Unavailable
+from verifier.base.db import Database
+from verifier.base.errors import Unavailable
 
 __all__ = ["AUDIT_ACTIONS", "GENESIS", "HASHED_FIELDS", "Actor", "AuditEvent", "AuditUnavailable", "ChainReport",
            "append", "append_or_fail", "compute_hash", "record", "record_with_receipts", "row_fields", "verify_chain"]
@@ -113,6 +115,7 @@ def append(s: Session, events: Sequence[AuditEvent]) -> list[AppendedEvent]:
             prev_hash=prev,
             hash="",
             issuer=ev.issuer,
+            canon=APPEND_CANON,
         )
         row.leaf_data = data = canonical_row(row)
         row.hash = prev = hash_canonical(prev, data)
@@ -167,6 +170,7 @@ def event_dict(row: AuditEventRow) -> dict[str, object]:
     d = row_fields(row)
     d["levels"] = [int(x) for x in row.levels.split(",") if x]
     d.setdefault("issuer", None)  # listed for every event; hashed only where set (chain.row_fields)
+    d.setdefault("canon", None)  # likewise: None = Python json's form (events written before RFC 8785)
     d["prev_hash"] = row.prev_hash
     d["hash"] = row.hash
     return d

@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from verifier.audit.transparency import Checkpoint, NoteVerifier, raw_public, sign_note, verifier_key
-from verifier.secretfile import write_secret
+from verifier.base.secretfile import write_secret
 
 
 class SignerError(RuntimeError):

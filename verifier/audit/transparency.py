@@ -2,7 +2,8 @@
 
 Merkle tree (RFC 9162 §2.1): leaf hash = SHA-256(0x00 || leaf data), node hash = SHA-256(0x01 || left ||
 right); the tree over n leaves splits at the largest power of two below n. Leaf data of audit event `idx`
-is the event's canonical JSON (the same bytes its chain hash covers); its leaf index is `idx - 1`.
+is the event's canonical JSON (the same bytes its chain hash covers: `encode_event`, in the canonicalisation the
+event's own hashed `canon` field names); its leaf index is `idx - 1`.
 
 Checkpoints (C2SP tlog-checkpoint) are signed notes (C2SP signed-note, Ed25519):
 
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -48,8 +50,41 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 
 
 def canonical(fields: dict[str, object]) -> bytes:
-    """Canonical JSON of an event: sorted keys, no spaces, ASCII (hashed verbatim)."""
+    """Python json's canonical form: sorted keys, no spaces, ASCII (`\\uXXXX` escapes). Events without a `canon`
+    field (all written before RFC 8785) are hashed in it, and receipts issued before JCS bound results in it."""
     return _CANONICAL.encode(fields).encode()
+
+
+# Which canonicalisation an event's hashed bytes use is named by the event itself, in its hashed field `canon`
+# (a column of hero_audit_events too): absent = Python json's form (`canonical`, every event written before),
+# "jcs" = RFC 8785. A verifier reads it and never tries both. Downgrade: stripping or changing the marker of a JCS
+# event (in the row or in a receipt) cannot keep its hash. Both forms are JSON texts that parse back to exactly the
+# object they encode (str, int and null values), so equal bytes would mean equal objects; but the object hashed
+# had `"canon": "jcs"` and the altered one has another marker or none. So the bytes differ, and so do the chain
+# hash and the leaf (short of a SHA-256 collision): the event fails at its own index. The same holds the other way
+# (marking an old event as JCS), and an unknown marker is refused, never guessed.
+CANON_KEY = "canon"
+CANON_JCS = "jcs"
+# Receipt versions: 1 (no `version` key) proves an event without `canon`; 2 one with `canon` = "jcs". The version
+# is outside the signed data: `verify_receipt` only checks that it agrees with the hashed marker.
+RECEIPT_CANON: dict[int, str | None] = {1: None, 2: CANON_JCS}
+RECEIPT_VERSION: dict[str | None, int] = {canon: version for version, canon in RECEIPT_CANON.items()}
+
+
+def jcs(fields: dict[str, object]) -> bytes:
+    """RFC 8785 (JCS) canonical JSON: sorted keys, no spaces, UTF-8 with only `"`, `\\` and controls escaped."""
+    return rfc8785.dumps(fields)
+
+
+def encode_event(fields: dict[str, object]) -> bytes:
+    """The bytes an event's chain hash and leaf cover: its hashed fields in the canonicalisation its own `canon`
+    field names (see CANON_KEY); raises TransparencyError for a marker this code does not know."""
+    canon = fields.get(CANON_KEY)
+    if canon is None and CANON_KEY not in fields:
+        return canonical(fields)
+    if canon == CANON_JCS:
+        return jcs(fields)
+    raise TransparencyError(f"event names an unknown canonicalisation ({CANON_KEY}={canon!r})")
 
 
 def leaf_hash(data: bytes) -> bytes:
@@ -498,7 +533,7 @@ def event_leaf(event: dict[str, object]) -> bytes:
     levels = event.get("levels")
     if isinstance(levels, list):
         event = {**event, "levels": ",".join(str(x) if type(x) is int else repr(x) for x in levels)}
-    return leaf_hash(canonical(event))
+    return leaf_hash(encode_event(event))
 
 
 def _shown(event: dict[str, object]) -> dict[str, object]:
@@ -518,8 +553,15 @@ def b64(h: bytes) -> str:
 
 
 def receipt_of(event: dict[str, object], index: int, proof_b64: list[str], checkpoint_note: str) -> dict:
-    """A receipt from its parts, the proof already in base64 (the one place that fixes its keys and their order)."""
-    return {"leaf_index": index, "inclusion_proof": proof_b64, "checkpoint": checkpoint_note, "event": _shown(event)}
+    """A receipt from its parts, the proof already in base64 (the one place that fixes its keys and their order).
+    An event hashed in JCS gets version 2 (`"version": 2` first); any other keeps the version-1 form, no key."""
+    receipt = {"leaf_index": index, "inclusion_proof": proof_b64, "checkpoint": checkpoint_note,
+               "event": _shown(event)}
+    canon = event.get(CANON_KEY)
+    version = RECEIPT_VERSION.get(canon) if canon is None or isinstance(canon, str) else None
+    if version is None:
+        raise TransparencyError(f"no receipt version proves events with {CANON_KEY}={canon!r}")
+    return receipt if version == 1 else {"version": version, **receipt}
 
 
 RESULT_DIGEST_KEY = "result_sha256"
@@ -532,8 +574,6 @@ def result_digest(result: dict) -> str:
 
     The service writes it into the result's audit event (`detail`: `result_sha256=<hex>`), so the receipt's leaf
     commits to exactly what was released: a result with any field changed no longer matches it."""
-    import rfc8785
-
     return hashlib.sha256(rfc8785.dumps({k: v for k, v in result.items() if k != "receipt"})).hexdigest()
 
 
@@ -591,17 +631,27 @@ def verify_receipt(
     as served, its `receipt` key ignored), that the event binds exactly that result (`result_digest`). With
     `witnesses` (their cosignature vkeys, each once), at least `quorum` of them (all when quorum is 0) must
     have cosigned the checkpoint: a log that shows different histories to different people cannot get the
-    same witnesses to sign both. Returns the checkpoint.
+    same witnesses to sign both. Both receipt versions verify: 1 (no `version`; the event in Python json's form)
+    and 2 (the event in RFC 8785, marked `canon` = "jcs"); the version must agree with the event's marker. Returns
+    the checkpoint.
     """
     try:
+        version = receipt.get("version", 1)
         event = receipt["event"]
         index = receipt["leaf_index"]
         proof = [_b64(p, "inclusion proof hash") for p in receipt["inclusion_proof"]]
         note = receipt["checkpoint"]
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         raise TransparencyError("receipt lacks event, leaf_index, inclusion_proof or checkpoint") from None
     if not isinstance(event, dict) or not isinstance(index, int) or not isinstance(note, str):
         raise TransparencyError("receipt fields have the wrong types")
+    if type(version) is not int or version not in RECEIPT_CANON:
+        raise TransparencyError(f"unknown receipt version {version!r} (this verifier knows {sorted(RECEIPT_CANON)})")
+    want = RECEIPT_CANON[version]
+    if event.get(CANON_KEY) != want:
+        of = f"without {CANON_KEY!r}" if want is None else f"with {CANON_KEY}={want!r}"
+        raise TransparencyError(f"receipt version {version} proves events {of}; this event has "
+                                f"{CANON_KEY}={event.get(CANON_KEY)!r}")
     if event.get("idx") != index + 1:
         raise TransparencyError("receipt event index does not match its leaf index")
     if text is not None and event.get("text_sha256") != hashlib.sha256(text.encode("utf-8")).hexdigest():

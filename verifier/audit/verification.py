@@ -18,7 +18,7 @@ from verifier.audit import repository as repo
 from verifier.audit.chain import GENESIS, compute_hash, row_fields
 from verifier.audit.models import AuditTreeNodeRow
 from verifier.audit.transparency import Checkpoint, Frontier, TransparencyError, event_leaf, open_checkpoint
-from verifier.db import Database
+from verifier.base.db import Database
 
 Problem = Literal["truncated", "rewritten", "forked", "checkpoint"]
 
@@ -76,11 +76,15 @@ def _walk(s: Session, sizes: set[int]) -> _Walk:
         if row.prev_hash != prev:
             return _Walk(expected - 1, roots, expected, "prev_hash does not match the previous event", None, fr.root(),
                          tree_broken)
-        fields = row_fields(row)
-        if compute_hash(prev, fields) != row.hash:
+        fields = row_fields(row)  # `canon` among them picks each event's canonicalisation: a log may mix both
+        try:
+            hashed, leaf = compute_hash(prev, fields), event_leaf(fields)
+        except TransparencyError as exc:  # a marker this code does not know: never guessed
+            return _Walk(expected - 1, roots, expected, f"event cannot be hashed: {exc}", None, fr.root(),
+                         tree_broken)
+        if hashed != row.hash:
             return _Walk(expected - 1, roots, expected, "event content does not match its hash", None, fr.root(),
                          tree_broken)
-        leaf = event_leaf(fields)
         if expected not in stored:  # level-0 nodes in pages: receipts are built from them
             stored = dict(
                 s.execute(

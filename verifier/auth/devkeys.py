@@ -15,7 +15,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from verifier.secretfile import write_secret
+from verifier.base.secretfile import write_secret
 
 KEY_FILE = "signing-key.pem"
 

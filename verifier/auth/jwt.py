@@ -20,7 +20,7 @@ named `realm_access.roles` is never read: the IdP manages the nested value, a cl
 value a string or a list of strings, mapped to HeRo roles by HERO_ROLE_MAP when set. `Claims.roles` holds every
 HeRo role found; the server policy decides what several of them mean (`Policy.resolve`).
 
-Per issuer (HERO_OIDC_ISSUERS, `verifier.settings.OidcIssuer`): each OIDC issuer its own audience (in `aud`, or in
+Per issuer (HERO_OIDC_ISSUERS, `verifier.base.settings.OidcIssuer`): each OIDC issuer its own audience (in `aud`, or in
 `client_id` for AWS Cognito's access tokens, which carry no `aud`), role claim and role map, so a group of issuer
 B never means what the operator meant for issuer A's group of the same name. HERO_JWT_ISSUER and the issuers of
 HERO_OIDC_ISSUER keep the single HERO_JWT_AUDIENCE / HERO_JWT_ROLE_CLAIM / HERO_ROLE_MAP.

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from verifier.errors import Forbidden
-from verifier.ratelimit import RoleLimits
+from verifier.base.errors import Forbidden
+from verifier.base.ratelimit import RoleLimits
 
 if TYPE_CHECKING:
     from verifier.engine.profile import Profile

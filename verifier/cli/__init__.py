@@ -9,7 +9,7 @@ import importlib
 import sys
 from collections.abc import Callable
 
-from verifier.errors import DomainError
+from verifier.base.errors import DomainError
 
 CommandError = (DomainError, ValueError, RuntimeError, OSError, LookupError)
 

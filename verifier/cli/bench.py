@@ -236,10 +236,10 @@ def generate_figures(batch: int, tokens: int = 32, reps: int = 3, model_name: st
     on a shared machine hits both alike. overhead_pct compares medians.
     """
 
-    from verifier.engine.generation import generate_watermarked
     from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
     from verifier.engine.profile import default_profile
     from verifier.lm import load_model
+    from verifier.provider.generation import generate_watermarked
 
     profile = profile or default_profile()
     model_name = model_name or profile.tokenizer

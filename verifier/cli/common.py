@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from verifier.engine.profile import resolve_profile
 
 if TYPE_CHECKING:
-    from verifier.db import Database
+    from verifier.base.db import Database
+    from verifier.base.settings import Settings
     from verifier.engine.profile import Profile
     from verifier.keys.service import DbKeyStore
-    from verifier.settings import Settings
 
 __all__ = ["add_profile_arg", "cli_actor", "cli_settings", "command_profile", "configured_profile", "emit",
            "open_database", "open_store", "resolve_profile"]
@@ -42,7 +42,7 @@ def command_profile(args: argparse.Namespace, store: DbKeyStore) -> Profile:
 
 def cli_settings(args: argparse.Namespace | None = None) -> Settings:
     """The HERO_* settings of this command, read from the environment once."""
-    from verifier.settings import Settings
+    from verifier.base.settings import Settings
 
     cached = getattr(args, "hero_settings", None)
     if cached is None:

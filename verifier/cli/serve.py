@@ -91,7 +91,7 @@ def resolve_workers(requested: int | str, settings, cores: int | None = None) ->
     from sqlalchemy.engine import make_url
 
     from verifier.auth.policy import load_policy
-    from verifier.ratelimit import shared_counter_url
+    from verifier.base.ratelimit import shared_counter_url
 
     quotas = any(r.limits is not None and r.limits.buckets(r.name, "-")
                  for r in load_policy(settings.roles_file).roles.values())
@@ -113,8 +113,8 @@ def resolve_workers(requested: int | str, settings, cores: int | None = None) ->
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    from verifier.base.logs import configure_logging
     from verifier.cli.loopback import reserve_loopback_twin
-    from verifier.logs import configure_logging
 
     settings = cli_settings(args)
     configure_logging(settings.log_level)
@@ -131,12 +131,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
         from verifier.cli.serve_workers import compute_in_calling_threads
 
         compute_in_calling_threads()  # the processes are the parallelism: no thread pools in each
-        from verifier.metrics import prepare_multiprocess
+        from verifier.base.metrics import prepare_multiprocess
 
         prepare_multiprocess(settings.home)  # one /metrics view: every worker's samples, summed
-        target, factory = "verifier.app:app_from_env", True
+        target, factory = "verifier.api.app:app_from_env", True
     else:
-        from verifier.app import create_app, freeze_startup_heap
+        from verifier.api.app import create_app, freeze_startup_heap
 
         target, factory = create_app(settings), False
         ctx = target.state.ctx
@@ -145,7 +145,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if settings.metrics_port:  # a separate bind (e.g. only reachable from the monitoring network)
         from prometheus_client import start_http_server
 
-        from verifier.db import Database
+        from verifier.base.db import Database
         from verifier.jobs.observe import api_public_registry
 
         # no token on this bind: the public view (no verdict or disclosure counts), plus the job-queue and log
@@ -189,7 +189,7 @@ def cmd_token(args: argparse.Namespace) -> None:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> None:
-    from verifier.db import upgrade
+    from verifier.base.db import upgrade
 
     upgrade(cli_settings(args).db_url)
     emit({"database": "upgraded", "revision": "head"})
@@ -200,8 +200,8 @@ def cmd_db_wait(args: argparse.Namespace) -> int:
     version's head; an unreachable database counts as not yet. Exit 1 with the last reason past --timeout."""
     import time
 
-    from verifier.db import Database, SchemaNotCurrent, check_schema
-    from verifier.logs import configure_logging
+    from verifier.base.db import Database, SchemaNotCurrent, check_schema
+    from verifier.base.logs import configure_logging
 
     settings = cli_settings(args)
     configure_logging(settings.log_level)

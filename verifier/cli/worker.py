@@ -17,9 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> None:
     import workers  # noqa: F401  (first: the metrics sample directory, before prometheus_client is imported)
+    from verifier.base.logs import configure_logging
+    from verifier.base.settings import get_settings
     from verifier.keys.bootstrap import require_secrets
-    from verifier.logs import configure_logging
-    from verifier.settings import get_settings
 
     settings = get_settings()  # the same object workers.app builds its Celery app from
     if not settings.broker_url:

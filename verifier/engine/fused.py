@@ -1,5 +1,5 @@
 """The fused step's builders, without `transformers`: what every generation path (transformers' processors in
-`verifier/engine/generation.py`, the serving seam `verifier/provider/step.py`, the provider SDK) builds its draw
+`verifier/provider/generation.py`, the serving seam `verifier/provider/step.py`, the provider SDK) builds its draw
 from. torch and the profile only, so a serving engine's process imports no model library of ours.
 """
 

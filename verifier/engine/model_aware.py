@@ -70,7 +70,7 @@ class DeploymentSampling:
         raw = torch.softmax(logits, dim=-1)
         if not self.warps:
             return raw
-        from verifier.engine.generation import make_warpers  # transformers' warpers: the generator's own
+        from verifier.engine.warpers import make_warpers  # transformers' warpers: the generator's own
 
         warped = torch.softmax(make_warpers(self.temperature, self.top_k, self.top_p)(None, logits.clone()), dim=-1)
         return (1.0 - self.mix) * warped + self.mix * raw
@@ -246,7 +246,7 @@ def level_probabilities(model, profile: Profile, batch: Sequence[Sequence[int]],
     Bounded by construction: forward passes of at most `batch_tokens` padded tokens (`forward_groups`), and the
     LM head applied to `chunk` scored positions at a time, reduced to their p_l at once: no [len, V] matrix is
     ever held (a 20,000-token text's would be 3.9 GB in float32, twice that as float64). `deadline`
-    (verifier.cancel.Deadline) is checked before every layer and every chunk."""
+    (verifier.base.cancel.Deadline) is checked before every layer and every chunk."""
     sampling = sampling or DeploymentSampling()
     device = next(model.parameters()).device
     out: list[np.ndarray | None] = [None] * len(batch)
@@ -307,7 +307,7 @@ class ModelAwareScorer:
         self.batch_tokens = batch_tokens
         self.chunk = chunk
         self.deadline_s = deadline_s
-        self.deadline = deadline  # one decode's (verifier.cancel.Deadline), set by `bound`
+        self.deadline = deadline  # one decode's (verifier.base.cancel.Deadline), set by `bound`
 
     def __repr__(self) -> str:
         return f"ModelAwareScorer(device={self.device!r}, {self.weighting}, {self.sampling})"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from verifier.base.errors import clip
 from verifier.engine.profile import Profile, ProfileError
-from verifier.errors import clip
 
 
 class PayloadError(ValueError):

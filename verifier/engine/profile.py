@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from verifier.resources import project_root
+from verifier.base.resources import project_root
 
 DEFAULT_FIRST_CHUNKS = 20
 DEFAULT_DEEPER_CHUNKS = 4
@@ -435,7 +435,7 @@ def deployment_profiles_dir() -> Path:
     """Where a deployment keeps its own profiles, outside the package (read at each call): $HERO_PROFILES_DIR,
     else $HERO_HOME/profiles, so a profile `hero keys init --models` or `hero profile new` wrote is found by every
     later command of the same deployment without a setting."""
-    from verifier.resources import hero_home
+    from verifier.base.resources import hero_home
 
     explicit = os.environ.get(PROFILES_DIR_ENV)
     return Path(explicit).expanduser() if explicit else hero_home() / "profiles"

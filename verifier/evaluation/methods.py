@@ -18,10 +18,10 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from verifier.engine.decoder import Decoder
-from verifier.engine.generation import HeroLogitsProcessor
 from verifier.engine.keys import KeySet, KeyTable, derive_table
 from verifier.engine.profile import Profile, make_profile
 from verifier.evaluation.baselines import MPAC, BiMark
+from verifier.provider.generation import HeroLogitsProcessor
 
 VOCAB = 49152
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from transformers import LogitsProcessorList
 
-from verifier.engine.generation import make_warpers
+from verifier.engine.warpers import make_warpers
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Protocol
 
-from verifier.db import Database
+from verifier.base.db import Database
+from verifier.base.settings import Settings
 from verifier.jobs import service as jobs
 from verifier.jobs.drain import DrainContext, drain
-from verifier.settings import Settings
 
 log = logging.getLogger("hero.jobs")
 

@@ -21,14 +21,14 @@ from functools import partial
 
 from verifier.audit.service import Actor
 from verifier.auth.policy import Policy
-from verifier.db import Database
+from verifier.base.db import Database
+from verifier.base.errors import DomainError
+from verifier.base.settings import Settings
 from verifier.engine.decoder import token_ids
 from verifier.engine.profile import Profile
-from verifier.errors import DomainError
 from verifier.jobs import service as jobs
 from verifier.keys.kek import KekUnreachable
 from verifier.keys.service import DbKeyStore
-from verifier.settings import Settings
 from verifier.verify.disclosure import audit_events
 from verifier.verify.runner import DecodeJob, Runner
 

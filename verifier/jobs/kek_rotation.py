@@ -12,7 +12,7 @@ import logging
 
 from sqlalchemy import func, select
 
-from verifier.db import Database
+from verifier.base.db import Database
 from verifier.jobs.models import JobRow
 from verifier.jobs.service import _job_aad
 from verifier.keys.kek import KekError, KekProvider

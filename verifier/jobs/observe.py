@@ -23,8 +23,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from verifier import metrics
-from verifier.db import Database
+from verifier.base import metrics
+from verifier.base.db import Database
 from verifier.jobs.models import JobRow
 from verifier.jobs.repository import UNFINISHED
 
@@ -118,7 +118,7 @@ def api_public_registry(db: Database):
 # What a worker's port never shows: verdict counts and disclosures per role and level (what the service finds and
 # who asks). The job counters (hero_jobs_total, hero_job_texts_total: submitted / decoded / done / failed) count
 # work, not findings, and only the workers count decoded texts, so they are served here (the API's public view
-# leaves them out too: verifier.metrics.PRIVATE).
+# leaves them out too: verifier.base.metrics.PRIVATE).
 WORKER_PRIVATE = frozenset({"hero_verify_texts", "hero_disclosures"})
 
 

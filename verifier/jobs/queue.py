@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from celery import Celery
 
-from verifier.settings import Settings
+from verifier.base.settings import Settings
 
 DRAIN_TASK = "hero.drain_job"
 QUEUE = "gpu"

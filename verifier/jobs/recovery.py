@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from verifier.db import Database
+from verifier.base.db import Database
 from verifier.jobs import service as jobs
 from verifier.jobs.retention import maybe_purge
 

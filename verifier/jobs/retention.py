@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from sqlalchemy import delete, select
 
 from verifier.audit.service import Actor, AuditEvent, append_or_fail
-from verifier.db import Database
+from verifier.base.db import Database
 from verifier.jobs.models import JobItemRow, JobRow
 
 log = logging.getLogger("hero.jobs")

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from verifier.audit import merkle
 from verifier.audit.service import AuditEvent, AuditUnavailable, append, append_or_fail, text_digest
 from verifier.auth.principal import Principal
-from verifier.db import Database
-from verifier.errors import Conflict, InvalidInput
+from verifier.base.db import Database
+from verifier.base.errors import Conflict, InvalidInput
+from verifier.base.metrics import JOB_TEXTS, JOBS
 from verifier.jobs import repository as repo
 from verifier.jobs.models import JobRow
 from verifier.jobs.repository import FINAL, ItemRef
 from verifier.keys.crypto import decrypt, encrypt, new_data_key, open_data_key
 from verifier.keys.kek import KekProvider
-from verifier.metrics import JOB_TEXTS, JOBS
 
 
 def _job_aad(job_id: str) -> bytes:

@@ -10,7 +10,7 @@ Kubernetes Secret) makes what is missing and never replaces what exists.
 
 from __future__ import annotations
 
-from verifier.settings import Settings
+from verifier.base.settings import Settings
 
 
 class SecretsMissing(RuntimeError):

@@ -22,7 +22,7 @@ from verifier.engine.profile import NEW_DEPLOYMENT_PROFILE
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from verifier.db import Database
+    from verifier.base.db import Database
 
 LEGACY_DEFAULT = "default"  # HERO_PROFILE's default before this rule
 SERVED_PROFILE = "served_profile"  # the hero_deployment_settings key of the recorded choice

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verifier.errors import Conflict, InvalidInput, NotFound, TokenizerMismatch
+from verifier.base.errors import Conflict, InvalidInput, NotFound, TokenizerMismatch
 
 
 class KeyStoreError(Conflict):

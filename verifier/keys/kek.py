@@ -20,9 +20,9 @@ from typing import Protocol
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from verifier.base.secretfile import private_dir, write_secret
 from verifier.keys.kek_errors import KekError as KekError  # re-exported: the KEK errors live in kek_errors
 from verifier.keys.kek_errors import KekUnreachable as KekUnreachable
-from verifier.secretfile import private_dir, write_secret
 
 log = logging.getLogger("hero.kek")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from verifier.errors import Unavailable
+from verifier.base.errors import Unavailable
 
 __all__ = ["KekError", "KekUnreachable"]
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, DateTime, Integer, LargeBinary, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from verifier.db import Base
+from verifier.base.db import Base
 
 
 class KeyVersionRow(Base):

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from verifier.keys.models import KeyEpochRow, KeyVersionRow
 
 if TYPE_CHECKING:
-    from verifier.db import Database
+    from verifier.base.db import Database
 
 
 def list_versions(s: Session, profile: str, max_level: int | None = None) -> list[KeyVersionRow]:

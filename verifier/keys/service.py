@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from verifier.audit.service import Actor, AuditEvent, append_or_fail
-from verifier.db import Database
+from verifier.base.db import Database
 from verifier.engine.keys import MASTER_SECRET_BYTES, KeySet, KeyTable, derive_level_table, new_master_secret
 from verifier.engine.profile import Profile, profile_digest
 from verifier.keys import repository as repo

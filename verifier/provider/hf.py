@@ -19,9 +19,10 @@ import torch
 from transformers.generation.configuration_utils import BaseWatermarkingConfig
 
 from gpu.step import FusedSampler
-from verifier.engine.generation import WatermarkProcessor, make_fused_sampler, new_opening
+from verifier.engine.fused import make_fused_sampler, new_opening
 from verifier.engine.payload import encode_payload
 from verifier.provider.bundle import GenerationBundle
+from verifier.provider.generation import WatermarkProcessor
 
 __all__ = ["HeroWatermarkProcessor", "HeroWatermarkingConfig", "fused_sampler"]
 

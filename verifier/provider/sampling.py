@@ -26,19 +26,13 @@ from dataclasses import dataclass, field
 import torch
 
 from gpu.step import ContextLog
-from verifier.engine.generation import (
-    Generation,
-    HeroLogitsProcessor,
-    generate_watermarked,
-    make_fused_sampler,
-    make_warpers,
-    new_generator,
-    new_opening,
-)
+from verifier.engine.fused import make_fused_sampler, new_generator, new_opening
 from verifier.engine.payload import encode_payload
+from verifier.engine.warpers import make_warpers
 from verifier.lm import load_model
 from verifier.provider.bundle import GenerationBundle
 from verifier.provider.chat import chat_prompt
+from verifier.provider.generation import Generation, HeroLogitsProcessor, generate_watermarked
 
 __all__ = ["BundleSampler", "ProviderGeneration", "RequestState", "generate", "load_model", "logits_processor",
            "new_generator"]  # new_generator: verifier.engine.generation's, the one seeding of fresh randomness

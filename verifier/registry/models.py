@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, DateTime, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from verifier.db import Base
+from verifier.base.db import Base
 
 
 class ProviderRow(Base):

@@ -28,9 +28,9 @@ from sqlalchemy.exc import IntegrityError
 
 from verifier.audit.service import Actor, AuditEvent, append_or_fail, record_with_receipts
 from verifier.audit.signer import LogSigner
-from verifier.db import Database
+from verifier.base.db import Database
+from verifier.base.errors import Conflict, Forbidden, InvalidInput, NotFound
 from verifier.engine.profile import Profile
-from verifier.errors import Conflict, Forbidden, InvalidInput, NotFound
 from verifier.keys.decodable import iso
 from verifier.keys.service import DbKeyStore
 from verifier.provider.bundle import BundleError, canonical_header, parse_public_key, seal_bundle_v3

@@ -6,10 +6,10 @@ through: every level verdict (status, reason, fields) is the engine's.
 
 from __future__ import annotations
 
+from verifier.base.errors import InvalidInput, TooLarge
 from verifier.engine.decoder import DecodeError, Decoder, decode_texts
 from verifier.engine.model_aware import TooManyTokens
 from verifier.engine.profile import Profile
-from verifier.errors import InvalidInput, TooLarge
 from verifier.keys.decodable import VerificationMaterial
 
 

@@ -22,8 +22,8 @@ from verifier.audit.service import Actor, AuditEvent
 from verifier.audit.transparency import RESULT_DIGEST_KEY, result_digest
 from verifier.auth.policy import Policy
 from verifier.auth.principal import Principal
-from verifier.errors import InvalidInput, TooLarge
-from verifier.ratelimit import RateLimiter
+from verifier.base.errors import InvalidInput, TooLarge
+from verifier.base.ratelimit import RateLimiter
 from verifier.verify.schemas import ResultOut
 
 DIAGNOSTICS = frozenset({"bit_confidence", "segment_tokens", "undecoded_segments"})

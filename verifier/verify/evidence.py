@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from verifier.audit.service import Actor, AuditEvent, record_with_receipts, text_digest
 from verifier.audit.signer import LogSigner
-from verifier.db import Database
+from verifier.base.db import Database
 from verifier.engine.profile import Profile
 from verifier.verify.disclosure import outcome
 

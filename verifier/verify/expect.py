@@ -35,9 +35,9 @@ from sqlalchemy.orm import Session
 
 from verifier.audit.models import ExpectAskRow
 from verifier.audit.service import Actor, AuditEvent, text_digest
-from verifier.db import Database
+from verifier.base.db import Database
+from verifier.base.errors import Forbidden, clip
 from verifier.engine import stats
-from verifier.errors import Forbidden, clip
 
 CORRECTION = "bonferroni-over-asked"
 KEY_VERSION = "n1"  # text_key's rule; a new rule gets a new prefix (and keeps reading the old keys)

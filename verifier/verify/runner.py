@@ -17,12 +17,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
-from verifier.cancel import Deadline, running
+from verifier.base.cancel import Deadline, running
+from verifier.base.errors import Forbidden
+from verifier.base.workslots import Busy, WorkSlots, auto_slots
 from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, make_decoder, token_ids
 from verifier.engine.expected import NotOneValue, expected_results
 from verifier.engine.payload import PayloadError, level_values, value_fields
 from verifier.engine.profile import Profile, ProfileError, resolve_profile
-from verifier.errors import Forbidden
 from verifier.keys.cache import CachedMaterial, MaterialCache
 from verifier.keys.decodable import VerificationMaterial
 from verifier.keys.deployment import stored_profiles
@@ -32,7 +33,6 @@ from verifier.lm import TokenizerCache
 from verifier.verify.decode import TextNotDecodable, decode_material
 from verifier.verify.disclosure import shape
 from verifier.verify.expect import CORRECTION
-from verifier.workslots import Busy, WorkSlots, auto_slots
 
 log = logging.getLogger("hero.verify")
 
@@ -95,8 +95,8 @@ class Runner:
     def __init__(self, store: DbKeyStore, tokenizers: TokenizerCache, alpha: float = DEFAULT_ALPHA,
                  scorer=None, slots: WorkSlots | None = None) -> None:
         self.store = store
-        # the process's bound on model-aware decodes (verifier/workslots.py): the API takes a slot before it charges
-        # the caller; a job's drain takes one here
+        # the process's bound on model-aware decodes (verifier/base/workslots.py): the API takes a slot before it
+        # charges the caller; a job's drain takes one here
         self.slots = slots if slots is not None else WorkSlots(auto_slots(), 10.0)
         self.scorer = scorer  # model-aware scoring (HERO_MODEL_AWARE=1), None: model-free
         self.tokenizers = tokenizers

@@ -17,11 +17,11 @@ from typing import Protocol
 
 from verifier.audit.service import Actor, record_prepared, text_digest
 from verifier.audit.signer import LogSigner
-from verifier.db import Database
+from verifier.base.db import Database
+from verifier.base.errors import Forbidden, InvalidInput
+from verifier.base.metrics import DISCLOSURES, VERIFY_SECONDS, VERIFY_TEXTS
 from verifier.engine.payload import PayloadError, level_values, value_fields
 from verifier.engine.profile import Profile
-from verifier.errors import Forbidden, InvalidInput
-from verifier.metrics import DISCLOSURES, VERIFY_SECONDS, VERIFY_TEXTS
 from verifier.verify import expect
 from verifier.verify.disclosure import audit_events
 from verifier.verify.runner import DecodeJob, DecodeRunner

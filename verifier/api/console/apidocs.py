@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response
 
-from verifier.errors import NotFound
+from verifier.base.errors import NotFound
 
 ASSET_PREFIX = "/docs/assets"
 # The pages' own inline start-up scripts and styles are allowed; any other host is not (ReDoc's side menu

@@ -1,6 +1,6 @@
 """Domain errors: each carries the HTTP status it maps to, and a message that is safe to show a caller.
 
-Services raise these; one exception handler in `verifier.app` turns any of them into `{"detail": ...}`
+Services raise these; one exception handler in `verifier.api.app` turns any of them into `{"detail": ...}`
 with `status`, and the CLI prints the same message. A subclass whose own message may quote paths or
 internals sets `public_detail` to a fixed text the API returns instead.
 """

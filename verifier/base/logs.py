@@ -7,7 +7,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from verifier.tracing import trace_id
+from verifier.base.tracing import trace_id
 
 SAFE_FIELDS = (
     "request_id", "method", "path", "status", "duration_ms", "subject", "role", "profile", "level",
@@ -34,7 +34,7 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         tid = trace_id()
-        if tid is not None:  # OpenTelemetry (verifier.tracing): this line's trace, API and worker alike
+        if tid is not None:  # OpenTelemetry (verifier.base.tracing): this line's trace, API and worker alike
             out["trace_id"] = tid
         for k in SAFE_FIELDS:
             if hasattr(record, k):

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import MappingProxyType
 
-from verifier.errors import Unavailable
+from verifier.base.errors import Unavailable
 
-# Set when the process is asked to stop (verifier/app.py wraps the server's SIGTERM/SIGINT handlers): every
+# Set when the process is asked to stop (verifier/api/app.py wraps the server's SIGTERM/SIGINT handlers): every
 # running deadline then stops at its next check, so a shutdown never waits for a long decode.
 SHUTDOWN = threading.Event()
 

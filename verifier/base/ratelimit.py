@@ -28,8 +28,8 @@ from typing import Protocol
 
 from limits.storage import MemoryStorage, MovingWindowSupport
 
-from verifier.errors import DomainError, Unavailable
-from verifier.metrics import RATE_LIMITED
+from verifier.base.errors import DomainError, Unavailable
+from verifier.base.metrics import RATE_LIMITED
 
 WINDOWS = {"minute": 60, "day": 86400}
 

@@ -20,6 +20,8 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verifier.api.audit import router as audit_router
+from verifier.api.console.apidocs import install_docs
+from verifier.api.console.endpoints import router as console_router
 from verifier.api.context import Ctx, ServiceContext, build_context
 from verifier.api.dependencies import require
 from verifier.api.fastpath import PATH as FAST_PATH
@@ -32,14 +34,12 @@ from verifier.api.verify import router as verify_router
 from verifier.audit.service import AuditUnavailable
 from verifier.auth.jwt import AuthError
 from verifier.auth.principal import Principal
-from verifier.cancel import SHUTDOWN, overdue
-from verifier.console.apidocs import install_docs
-from verifier.console.endpoints import router as console_router
-from verifier.errors import ECHO_LIMIT, DomainError
-from verifier.metrics import AUDIT_FAILURES, exposition
-from verifier.settings import Settings, get_settings
-from verifier.tracing import configure as configure_tracing
-from verifier.tracing import instrument_app
+from verifier.base.cancel import SHUTDOWN, overdue
+from verifier.base.errors import ECHO_LIMIT, DomainError
+from verifier.base.metrics import AUDIT_FAILURES, exposition
+from verifier.base.settings import Settings, get_settings
+from verifier.base.tracing import configure as configure_tracing
+from verifier.base.tracing import instrument_app
 
 log = logging.getLogger("hero.app")
 
@@ -159,7 +159,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 def stop_work_on_signals() -> None:
     """Wraps the server's SIGTERM/SIGINT handlers (uvicorn's, installed before the lifespan starts) so that the
-    signal also sets verifier.cancel.SHUTDOWN: a decode in a worker thread stops at its next check instead of
+    signal also sets verifier.base.cancel.SHUTDOWN: a decode in a worker thread stops at its next check instead of
     holding the shutdown until SIGKILL. Main thread only (where signal handlers live; not under a test client)."""
     if threading.current_thread() is not threading.main_thread():
         return
@@ -305,7 +305,7 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def app_from_env() -> FastAPI:  # uvicorn --factory verifier.app:app_from_env (also each `hero serve --workers N`)
+def app_from_env() -> FastAPI:  # uvicorn --factory verifier.api.app:app_from_env (also each `hero serve --workers N`)
     """The app from the environment, its tokenizer loaded now: a worker's first request must not pay for it."""
     app = create_app(get_settings())
     ctx = app.state.ctx

@@ -54,7 +54,7 @@ logging.getLogger("hero.auth").addHandler(_JwksFailures(logging.WARNING))
 def prepare_multiprocess(home: Path) -> Path:
     """The supervisor's part, before it starts the workers: an empty, private sample directory (an operator's
     `PROMETHEUS_MULTIPROC_DIR`, else $HERO_HOME/metrics), exported to the workers through the environment."""
-    from verifier.secretfile import private_dir
+    from verifier.base.secretfile import private_dir
 
     path = Path(os.environ.get(MULTIPROC_ENV) or home / "metrics")
     private_dir(path)

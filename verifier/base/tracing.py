@@ -1,6 +1,6 @@
 """OpenTelemetry traces (the optional `otel` extra): spans for HTTP requests (FastAPI), SQL statements
 (SQLAlchemy) and Celery tasks, a job's trace carried from the POST to the worker in the task message's headers
-(never in its body), and the trace id in every JSON log line (`verifier.logs`).
+(never in its body), and the trace id in every JSON log line (`verifier.base.logs`).
 
 On when the extra is installed and `HERO_TRACING` is true (off by default: +6 ms of a ~72 ms in-process
 single-text /v1/verify in a first, noisy measurement); spans leave the process only when an

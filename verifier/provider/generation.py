@@ -1,4 +1,5 @@
-"""Watermarked generation through `transformers`: a LogitsProcessor that samples the token itself.
+"""Watermarked generation through `transformers` (the provider side's adapter): a LogitsProcessor that samples
+the token itself.
 
 HF applies its own temperature/top-k/top-p warpers *after* user processors, so this processor takes
 the warpers, applies them first, draws the token with the fused step (gpu/step.py `FusedSampler.step`, the one
@@ -15,36 +16,16 @@ from dataclasses import dataclass
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
-from transformers.generation.logits_process import (
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
 
 from gpu.opening import OpeningGate
 from gpu.step import ContextLog, FusedSampler
-from verifier.engine.fused import context_tail, make_fused_sampler, make_sampler, new_generator, new_opening
+from verifier.engine.fused import make_fused_sampler, new_generator, new_opening
 from verifier.engine.keys import KeySet
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import Profile
+from verifier.engine.warpers import make_warpers
 
-# the fused step's builders live in verifier/engine/fused.py (no transformers); named here as before
-__all__ = ["Generation", "HeroLogitsProcessor", "WatermarkProcessor", "context_tail", "encode_prompts",
-           "generate_watermarked", "make_fused_sampler", "make_sampler", "make_warpers", "new_generator",
-           "new_opening"]
-
-
-def make_warpers(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> LogitsProcessorList:
-    warpers = LogitsProcessorList()
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0 (watermarking needs sampling)")
-    if temperature != 1.0:
-        warpers.append(TemperatureLogitsWarper(temperature))
-    if top_k:
-        warpers.append(TopKLogitsWarper(top_k))
-    if top_p is not None and top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p))
-    return warpers
+__all__ = ["Generation", "HeroLogitsProcessor", "WatermarkProcessor", "encode_prompts", "generate_watermarked"]
 
 
 class WatermarkProcessor(LogitsProcessor):

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from verifier.api.context import Ctx
 from verifier.api.dependencies import current_principal
 from verifier.auth.principal import Principal
-from verifier.errors import Forbidden, InvalidInput, NotFound
+from verifier.base.errors import Forbidden, InvalidInput, NotFound
 
 router = APIRouter(prefix="/console", tags=["console"])
 
@@ -28,7 +28,7 @@ DEV_TTL_S = 3600
 
 
 def _asset(name: str) -> bytes:
-    return resources.files("verifier.console").joinpath("static", name).read_bytes()
+    return resources.files("verifier.api.console").joinpath("static", name).read_bytes()
 
 
 class WhoAmI(BaseModel):

@@ -19,8 +19,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
-from verifier.secretfile import FILE_MODE, private_dir, restrict_files
-from verifier.settings import REPO_ROOT
+from verifier.base.secretfile import FILE_MODE, private_dir, restrict_files
+from verifier.base.settings import REPO_ROOT
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from verifier.resources import hero_home, project_root
+from verifier.base.resources import hero_home, project_root
 
 REPO_ROOT = project_root()
 
@@ -139,7 +139,7 @@ class Settings(BaseSettings):
     model_aware_top_k: int | None = Field(default=None, ge=1)
     model_aware_top_p: float | None = Field(default=None, gt=0, le=1)
     model_aware_temperature: float = Field(default=1.0, gt=0)
-    # Model-aware cost bounds (engine/model_aware.py, verifier/cancel.py): LM tokens per text (413 above it; never
+    # Model-aware cost bounds (engine/model_aware.py, verifier/base/cancel.py): LM tokens per text (413 above it; never
     # more than the model's context) and per /v1/verify request, padded tokens per forward pass (the memory
     # bound: docs/performance.md), and a wall-clock deadline per decode (503 past it; /readyz reports a worker
     # still running past it). Roles' quotas may count LM tokens too (lm_tokens_per_minute / _per_day).
@@ -147,8 +147,8 @@ class Settings(BaseSettings):
     model_aware_max_request_tokens: int = Field(default=8192, ge=16)
     model_aware_batch_tokens: int = Field(default=4096, ge=256, le=1_048_576)
     model_aware_deadline_seconds: float = Field(default=120.0, gt=0, le=3600)
-    # Model-aware decodes at once per process (verifier/workslots.py; unset: one per two cores, within the available
-    # memory at 2 GiB each) and how long a request waits for one before 503 + Retry-After (nothing charged)
+    # Model-aware decodes at once per process (verifier/base/workslots.py; unset: one per two cores, within the
+    # available memory at 2 GiB each) and how long a request waits for one before 503 + Retry-After (nothing charged)
     model_aware_concurrency: int | None = Field(default=None, ge=1, le=256)
     model_aware_queue_seconds: float = Field(default=10.0, ge=0, le=600)
     # `expect`: distinct values one subject may ask about one text, per level (verify/expect.py; each answer is
@@ -196,7 +196,7 @@ class Settings(BaseSettings):
     broker_transport_options: dict[str, object] = Field(default_factory=dict)
     worker_device: str = "auto"  # auto: cuda when available, else cpu (Celery workers and the in-process drain)
     # auth: a token whose role has metrics.read; default: public in dev mode, auth otherwise. A public /metrics
-    # (and the HERO_METRICS_PORT bind) never carries verdict or disclosure counts (verifier/metrics.PRIVATE)
+    # (and the HERO_METRICS_PORT bind) never carries verdict or disclosure counts (verifier/base/metrics.PRIVATE)
     metrics_exposure: Literal["public", "auth", "off"] | None = None
     metrics_port: int | None = Field(default=None, ge=1, le=65535)  # also serve /metrics on its own bind
     metrics_host: str = "127.0.0.1"

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from verifier.errors import Unavailable
+from verifier.base.errors import Unavailable
 
 GIB = 1 << 30
 MEMORY_PER_SLOT = 2 * GIB  # a decode at the token caps (docs/performance.md): its activations and the allocator's slack

@@ -12,7 +12,8 @@ from pathlib import Path
 
 def project_root() -> Path:
     env = os.environ.get("HERO_ROOT")
-    return Path(env).expanduser() if env else Path(__file__).resolve().parents[2]  # verifier/base/resources.py -> the checkout
+    # verifier/base/resources.py -> the checkout
+    return Path(env).expanduser() if env else Path(__file__).resolve().parents[2]
 
 
 def hero_home() -> Path:

@@ -1,5 +1,5 @@
 """CLI tests run where the operator has run `hero kek init`: outside dev mode no command mints the KEK or the log
-key any more (issue 52, N8; tests/cli/test_no_secret_minting.py removes them again to show the refusal)."""
+key any more (tests/cli/test_no_secret_minting.py removes them again to show the refusal)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Batches (issue 44): `hero generate --input prompts.jsonl` and `hero decode --input texts.jsonl`, one JSON
+"""Batches: `hero generate --input prompts.jsonl` and `hero decode --input texts.jsonl`, one JSON
 line per item in input order, each text with its own `expect`; local (verifier.offline) and through HERO_URL."""
 
 from __future__ import annotations

@@ -135,8 +135,8 @@ def test_benchmarks_warn_below_three_repetitions(capsys):
 
 
 def test_eval_quick_with_out_writes_the_report(monkeypatch, tmp_path, capsys):
-    import verifier.evaluation.report as report
-    import verifier.evaluation.runner as runner
+    import hero_eval.report as report
+    import hero_eval.runner as runner
     import verifier.lm as lm
 
     written = []
@@ -161,7 +161,7 @@ def test_eval_quick_with_out_writes_the_report(monkeypatch, tmp_path, capsys):
 
 
 def test_serve_holds_the_twin_loopback_port():
-    """Issue 29 LOW-6: bound to 127.0.0.1:P, `hero serve` also holds [::1]:P, and refuses a port whose twin is taken."""
+    """Bound to 127.0.0.1:P, `hero serve` also holds [::1]:P, and refuses a port whose twin is taken."""
     import errno
     import socket
 

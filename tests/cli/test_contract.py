@@ -154,7 +154,7 @@ def test_decode_two_user_splice_is_mixed(capsys, smollm2):
 
 
 def test_generate_is_audited_before_the_text_is_printed(capsys, hero_home, monkeypatch):
-    """Issue 29: `hero generate` marks text with any payload using every level's key: on the record (action
+    """`hero generate` marks text with any payload using every level's key: on the record (action
     `generate`, the payload claimed, the versions, the text's digest), and no record means no text. The model
     is stubbed: what is tested is the record, not the generation (test_generate_then_decode_round_trip)."""
     import hashlib

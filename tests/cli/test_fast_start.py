@@ -1,4 +1,4 @@
-"""A fast local start (issue 44): `hero keys list` imports no torch, a local `hero decode` no transformers (its
+"""A fast local start: `hero keys list` imports no torch, a local `hero decode` no transformers (its
 tokenizer from tokenizer.json through `tokenizers` alone, the same ids); timings: benchmarks/cli_startup.py."""
 
 from __future__ import annotations

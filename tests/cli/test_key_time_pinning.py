@@ -1,4 +1,4 @@
-"""Key-time pinning (issue 54, item 4): the key store records the profile's tokenizer fingerprint (over the parsed
+"""Key-time pinning: the key store records the profile's tokenizer fingerprint (over the parsed
 vocabulary, RFC 8785) and the profile's digest whenever keys are made (`hero keys init`, `POST /v1/keys/init`, a
 rotation); decoding with another tokenizer is refused in one line naming both fingerprints; a re-serialised but
 identical tokenizer.json is accepted; a profile stores a local tokenizer relative to its folder."""

@@ -1,4 +1,4 @@
-"""Outside dev mode no CLI command mints the KEK or the log signing key (issue 52, N8): only `hero kek init` does.
+"""Outside dev mode no CLI command mints the KEK or the log signing key: only `hero kek init` does.
 
 Before (7ed75c2) `hero keys init` / `hero keys rotate` on a host without the shared KEK made a local one and
 wrapped the new active key under it (no other process could unwrap it), and `hero audit public-key` made a log

@@ -1,4 +1,4 @@
-"""One profile per deployment (issue 44): HERO_PROFILE honoured by `hero keys`, `hero generate` and
+"""One profile per deployment: HERO_PROFILE honoured by `hero keys`, `hero generate` and
 `hero decode` (the flag overrides); a new deployment gets NEW_DEPLOYMENT_PROFILE, an existing one keeps the
 profile of its keys; `hero keys init` never silently adds a second profile."""
 

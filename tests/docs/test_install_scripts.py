@@ -1,4 +1,4 @@
-"""scripts/install changes nothing system-wide unasked (issue 31): wrk comes from apt-get only on request
+"""scripts/install changes nothing system-wide unasked: wrk comes from apt-get only on request
 (HERO_INSTALL_WRK=1 or `scripts/install_wrk --yes`), and without the request the script says how to get it."""
 
 from __future__ import annotations

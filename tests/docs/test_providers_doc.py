@@ -1,4 +1,4 @@
-"""docs/providers.md's `watermarking_config` example runs as written against `scripts/dev` (issue 44): register,
+"""docs/providers.md's `watermarking_config` example runs as written against `scripts/dev`: register,
 bundle, transformers' generate() with min_new_tokens, verify; pasted twice, the registration is no 409."""
 
 from __future__ import annotations

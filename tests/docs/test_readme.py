@@ -1,4 +1,4 @@
-"""The README's code blocks run as written (issue 31): `scripts/dev` itself serves (on a free port, under a fresh
+"""The README's code blocks run as written: `scripts/dev` itself serves (on a free port, under a fresh
 HERO_HOME), its printed `export` lines give the tokens, every other bash block runs in bash from the repository root,
 and the Python blocks run in order in one interpreter with those exports, as a reader pastes them. A block is left
 out only when an HTML comment `<!-- readme-test: skip (why) -->` stands right above it (today: `scripts/test`, the

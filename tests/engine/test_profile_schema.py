@@ -1,4 +1,4 @@
-"""Profile files are checked key by key (issue 54, item 4): a key a profile does not have is refused, named, at
+"""Profile files are checked key by key: a key a profile does not have is refused, named, at
 every level of the mapping; every shipped profile loads and its `to_dict` round-trips."""
 
 from __future__ import annotations

@@ -163,7 +163,8 @@ def _vector_profile(v, spec_version=3):
 
 
 def test_v3_generation_step_from_master_secrets(v3):
-    """Derivation, level seed ^ value key, routing: the sampler (engine tables) gives the frozen token."""
+    """Derivation, level seed ^ value key, routing: the fused step over the engine's tables gives the frozen token."""
+    from gpu.step import FusedSampler
     from verifier.engine.fused import make_sampler
 
     for v in v3["sample"]:
@@ -171,10 +172,13 @@ def test_v3_generation_step_from_master_secrets(v3):
         masters = [bytes.fromhex(m) for m in v["masters"]]
         ks = KeySet(tuple(derive_level_table(m, profile, lv, "t") for lv, m in enumerate(masters, start=1)))
         assert all(t.level_key is not None for t in ks.tables)
-        sampler = make_sampler(profile, ks)
+        h = len(v["context"])
+        fs = FusedSampler(make_sampler(profile, ks), h, 3)
         pay = torch.tensor([encode_payload(profile, {f"f{i}": x for i, x in enumerate(v["values"])})])
-        tok = sampler.sample(torch.tensor([v["logits"]], dtype=torch.float64), torch.tensor([v["context"]]), pay)
-        assert int(tok[0]) == v["token"]
+        gen = torch.full((1,), h, dtype=torch.int64)  # a continuation context: a marked draw
+        tok, marked = fs.step(torch.tensor([v["logits"]], dtype=torch.float64), torch.tensor([v["context"]]), pay,
+                              gen, fs.new_log(1), with_marks=True)
+        assert bool(marked[0]) and int(tok[0]) == v["token"]
 
 
 def test_profile_rules_for_v3():

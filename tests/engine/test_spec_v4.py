@@ -328,7 +328,7 @@ def test_inconsistent_levels_only_when_a_deeper_level_is_far_from_significant(p2
 
 
 def test_absent_reason_says_not_significant_with_the_p_value():
-    from verifier.engine.attribution import not_significant
+    from verifier.engine.verdicts import not_significant
 
     text = not_significant(math.log(0.005), math.log(1e-4))
     assert text.startswith("not significant: p = 0.005 does not reach alpha = 0.0001")

@@ -22,7 +22,7 @@ from gpu.scoring import LevelKeys, ScoringSpec
 from gpu.step import SPEC_VERSIONS
 from tests.helpers.draws import mass_bins_chi2_pvalue
 from tests.helpers.keys import fixed_keyset
-from tests.helpers.synthetic import generate_fused
+from tests.helpers.synthetic import generate
 from verifier.engine import multiplexed
 from verifier.engine import reference as R
 from verifier.engine.decoder import Decoder
@@ -145,7 +145,7 @@ def syn_keys():
 def syn_texts(syn_keys):
     rng = random.Random(3)
     pays = [{"model": rng.choice(list(SYN.levels[0].issued)), "user": rng.randrange(4096)} for _ in range(24)]
-    return pays, generate_fused(SYN, syn_keys, pays, 160, sigma=1.0, seed=4)
+    return pays, generate(SYN, syn_keys, pays, 160, sigma=1.0, seed=4)
 
 
 def test_v5_decodes_exact_model_and_user_from_each_levels_own_positions(syn_keys, syn_texts):
@@ -186,7 +186,7 @@ def test_v5_null_p_values_are_uniform_and_nothing_is_released(syn_keys):
     corrected) are uniform or conservative, none reaches alpha, nothing is released."""
     g = torch.Generator().manual_seed(12)
     human = torch.randint(0, SYN.vocab_size, (150, 80), generator=g).tolist()
-    other = generate_fused(SYN, fixed_keyset(SYN, 8, label="other"), [{"model": 1, "user": 7}] * 60, 80,
+    other = generate(SYN, fixed_keyset(SYN, 8, label="other"), [{"model": 1, "user": 7}] * 60, 80,
                            seed=5).tolist()
     res = Decoder(SYN, {1: [syn_keys.tables[0]], 2: [syn_keys.tables[1]]}).decode_ids(human + other)
     for lv in (0, 1):
@@ -203,7 +203,7 @@ def test_v5_splices_never_name_a_third_value(syn_keys):
     pairs = [rng.sample(list(SYN.levels[0].issued), 2) for _ in range(n)]
     pa = [{"model": a, "user": rng.randrange(4096)} for a, _ in pairs]
     pb = [{"model": b, "user": rng.randrange(4096)} for _, b in pairs]
-    a, b = generate_fused(SYN, syn_keys, pa, 160, seed=7), generate_fused(SYN, syn_keys, pb, 160, seed=8)
+    a, b = generate(SYN, syn_keys, pa, 160, seed=7), generate(SYN, syn_keys, pb, 160, seed=8)
     res = Decoder(SYN, {1: [syn_keys.tables[0]], 2: [syn_keys.tables[1]]}).decode_ids(
         torch.cat([a[:, :80], b[:, 80:]], dim=1).tolist())
     for r, x, y in zip(res, pa, pb, strict=True):
@@ -240,7 +240,7 @@ def test_v5_model_aware_decoding_with_generator_probabilities(syn_keys):
 
     rng = random.Random(4)
     pays = [{"model": rng.choice([0, 1, 2, 3]), "user": rng.randrange(4096)} for _ in range(6)]
-    ids = generate_fused(SYN, syn_keys, pays, 120, seed=11, sigma=1.0).tolist()
+    ids = generate(SYN, syn_keys, pays, 120, seed=11, sigma=1.0).tolist()
     g = torch.Generator().manual_seed(3)
     human = torch.randint(0, SYN.vocab_size, (20, 120), generator=g).tolist()
     d = Decoder(SYN, {1: [syn_keys.tables[0]], 2: [syn_keys.tables[1]]})

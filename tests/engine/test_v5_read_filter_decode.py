@@ -12,7 +12,7 @@ import torch
 
 from gpu import cpu_kernel
 from tests.helpers.keys import fixed_keyset
-from tests.helpers.synthetic import generate_fused
+from tests.helpers.synthetic import generate
 from verifier.engine import multiplexed
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import profile_from_dict, resolve_profile
@@ -26,8 +26,8 @@ def texts():
     other = fixed_keyset(SYN, 6, label="other")
     rng = random.Random(3)
     pays = [{"model": rng.choice(list(SYN.levels[0].issued)), "user": rng.randrange(4096)} for _ in range(6)]
-    marked = generate_fused(SYN, ks, pays, 160, sigma=1.0, seed=4).tolist()
-    theirs = generate_fused(SYN, other, pays[:2], 120, sigma=1.0, seed=5).tolist()
+    marked = generate(SYN, ks, pays, 160, sigma=1.0, seed=4).tolist()
+    theirs = generate(SYN, other, pays[:2], 120, sigma=1.0, seed=5).tolist()
     g = torch.Generator().manual_seed(1)
     human = torch.randint(0, SYN.vocab_size, (4, 90), generator=g).tolist()
     repeated = [human[0][:30] * 3]

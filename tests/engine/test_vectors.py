@@ -244,8 +244,10 @@ def test_v2_window_scores_reference_and_kernels(vectors_v2, backend):
 
 
 def test_v2_generation_step_from_master_secrets(vectors_v2):
-    """Derivation, position segment, per-value key choice and routing give the frozen token."""
-    from gpu.sampler import HeroSampler
+    """Derivation, position segment, per-value key choice and routing give the frozen token, drawn by the fused
+    step every generation path calls (gpu/step.py), over the engine's key tables."""
+    from gpu.step import FusedSampler
+    from verifier.engine.fused import make_sampler
 
     for v in vectors_v2["sample"]:
         segs = v["segments"]
@@ -259,9 +261,12 @@ def test_v2_generation_step_from_master_secrets(vectors_v2):
         })
         masters = [bytes.fromhex(m) for m in v["masters"]]
         ks = KeySet(tuple(derive_level_table(m, profile, lv, "t") for lv, m in enumerate(masters, start=1)))
-        sampler = HeroSampler(profile.schedule, segs, [list(t.entries) for t in ks.tables], ks.position)
+        h = len(v["context"])
+        fs = FusedSampler(make_sampler(profile, ks), h, 2)
         ctx = torch.tensor([v["context"]])
-        assert int(sampler.positions(ctx)[0]) == v["segment"]
+        assert int(fs.base.positions(ctx)[0]) == v["segment"]
         pay = torch.tensor([encode_payload(profile, {f"f{i}": x for i, x in enumerate(v["values"])})])
-        tok = sampler.sample(torch.tensor([v["logits"]], dtype=torch.float64), ctx, pay)
-        assert int(tok[0]) == v["token"]
+        gen = torch.full((1,), h, dtype=torch.int64)  # a continuation context: a marked draw
+        tok, marked = fs.step(torch.tensor([v["logits"]], dtype=torch.float64), ctx, pay, gen, fs.new_log(1),
+                              with_marks=True)
+        assert bool(marked[0]) and int(tok[0]) == v["token"]

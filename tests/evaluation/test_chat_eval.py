@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 from transformers import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
 
-from verifier.evaluation.baselines.synthid import (
+from hero_eval.baselines.synthid import (
     SynthIDDetector,
     TopKSynthIDLogitsProcessor,
     processor_for,
@@ -99,7 +99,7 @@ def test_repeated_context_and_eos_are_masked() -> None:
 
 
 def test_fast_masks_equal_the_stock_masks() -> None:
-    from verifier.evaluation.baselines.synthid import context_mask
+    from hero_eval.baselines.synthid import context_mask
 
     stock = _stock(synthid_keys(6))
     rng = random.Random(1)
@@ -112,7 +112,7 @@ def test_fast_masks_equal_the_stock_masks() -> None:
 
 @pytest.mark.model
 def test_chat_template_is_applied(smollm2) -> None:
-    from verifier.evaluation.chat import chat_template
+    from hero_eval.chat import chat_template
 
     _, tok = smollm2
     (text,) = chat_template(tok, ["How do magnets work?"])
@@ -126,7 +126,7 @@ def test_chat_template_is_applied(smollm2) -> None:
 @pytest.mark.model
 def test_chat_section_end_to_end(smollm2, tmp_path, request) -> None:
     """`hero eval --sections chat` on a tiny configuration: every row of the report has its figures."""
-    from verifier.evaluation.runner import Config, Runner
+    from hero_eval.runner import Config, Runner
 
     model, tok = smollm2
     threads = torch.get_num_threads()
@@ -156,8 +156,8 @@ def test_chat_section_end_to_end(smollm2, tmp_path, request) -> None:
 def test_ks_sides_tell_anticonservative_from_conservative() -> None:
     """The report says which side a KS departure is on: too many small p-values (false alarms) is flagged by
     `ks_p_small`, too few (power lost, calibration kept) by `ks_p_large`; uniform p-values by neither."""
-    from verifier.evaluation.attribution_eval import ks_uniform
-    from verifier.evaluation.report_chat import ks_text
+    from hero_eval.attribution_eval import ks_uniform
+    from hero_eval.report_chat import ks_text
 
     rng = np.random.default_rng(0)
     u = rng.uniform(size=2000)

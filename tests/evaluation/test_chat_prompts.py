@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from verifier.evaluation.chat_prompts import HELD_OUT_IDS, chat_genres, chat_prompts
+from hero_eval.chat_prompts import HELD_OUT_IDS, chat_genres, chat_prompts
 
 
 def test_eval_split_has_200_plus_prompts_across_8_plus_genres() -> None:

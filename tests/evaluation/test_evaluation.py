@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from verifier.evaluation import attacks, metrics
-from verifier.evaluation.baselines import MPAC, BiMark
-from verifier.evaluation.methods import build_method
+from hero_eval import attacks, metrics
+from hero_eval.baselines import MPAC, BiMark
+from hero_eval.methods import build_method
 
 V = 2000
 
@@ -166,7 +166,7 @@ def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass(tmp_path
 
     from verifier.engine.model_aware import level_probabilities
     from verifier.engine.profile import profile_from_dict
-    from verifier.evaluation.methods import HeroMethod, ModelAwareMethod
+    from hero_eval.methods import HeroMethod, ModelAwareMethod
 
     profile = profile_from_dict({
         "name": "v3-tiny", "spec_version": 3, "vocab_size": 4000, "context_width": 3, "segments": 4,
@@ -221,7 +221,7 @@ def _stat(mean: float) -> dict:
 
 def test_report_long_cells_best_k1_and_paired_gemma(tmp_path):
     """The report renders the long-token table, picks the best K_1 per budget and pairs Gemma PPL by prompt."""
-    from verifier.evaluation.report import _best_k1, _paired_values, write_report
+    from hero_eval.report import _best_k1, _paired_values, write_report
 
     hier = {}
     for bn in ("HeRo2(2,2)", "HeRo2(1,1)"):
@@ -269,7 +269,7 @@ def test_report_long_cells_best_k1_and_paired_gemma(tmp_path):
 def test_spec_v3_goals_table_reads_the_attribution_cells():
     """report_v3: a figure below its goal reads 'missed', a point estimate above the goal whose interval is not
     confirms it only on the point, and 'ahead of BiMark' compares the better v3 scoring."""
-    from verifier.evaluation import report_v3
+    from hero_eval import report_v3
 
     def rate(k, n):
         return metrics.proportion(k, n)

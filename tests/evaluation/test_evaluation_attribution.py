@@ -1,4 +1,4 @@
-"""Attribution section of `hero eval` (issue 11): splices, false-attribution counting, release gating,
+"""Attribution section of `hero eval`: splices, false-attribution counting, release gating,
 reliability bins, collusion statistics, sampling settings in the cache key, and a small end-to-end run."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from verifier.evaluation import collusion as col
-from verifier.evaluation import metrics
-from verifier.evaluation.attribution import (
+from hero_eval import collusion as col
+from hero_eval import metrics
+from hero_eval.attribution import (
     HERO_V1,
     HERO_V2,
     Attribution,
@@ -23,9 +23,9 @@ from verifier.evaluation.attribution import (
     model_value,
     payload_for,
 )
-from verifier.evaluation.methods import _bits_to_int
-from verifier.evaluation.sampling import PROVIDER, T1, Sampling
-from verifier.evaluation.splices import build_splices, classify, splice_ids
+from hero_eval.methods import _bits_to_int
+from hero_eval.sampling import PROVIDER, T1, Sampling
+from hero_eval.splices import build_splices, classify, splice_ids
 
 
 # -- splices ------------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_linkage_statistic_separates_deterministic_users():
 
 # -- cache key ----------------------------------------------------------------------------------------------
 def test_sampling_setting_is_part_of_the_cache_key(tmp_path):
-    from verifier.evaluation.generation import GenerationCache
+    from hero_eval.generation import GenerationCache
 
     cache = GenerationCache(tmp_path, None, None, 0, 8, None)
     m = build_attr_method("MPAC(2)", 0)
@@ -187,8 +187,8 @@ def test_sampling_setting_is_part_of_the_cache_key(tmp_path):
 @pytest.mark.model
 @pytest.mark.slow
 def test_attribution_section_end_to_end(hero_home, smollm2, tmp_path):
-    from verifier.evaluation.report import write_report
-    from verifier.evaluation.runner import QUICK_ATTR_PLAN, Config, Runner
+    from hero_eval.report import write_report
+    from hero_eval.runner import QUICK_ATTR_PLAN, Config, Runner
 
     model, tok = smollm2
     cfg = Config(

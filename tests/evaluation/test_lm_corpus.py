@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from verifier import lm as models
-from verifier.evaluation.corpus import (
+from hero_eval.corpus import (
     BBC_CATEGORIES,
     bbc_articles,
     bbc_prompts_and_humans,

@@ -1,4 +1,4 @@
-"""A CPU-only process never imports Triton (issue 44): an app serving and decoding on the CPU, as `hero serve`
+"""A CPU-only process never imports Triton: an app serving and decoding on the CPU, as `hero serve`
 builds it, has no `triton` module loaded, so its exit prints no `nanobind: leaked ... triton` lines and pays no
 Triton import."""
 

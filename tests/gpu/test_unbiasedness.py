@@ -92,22 +92,27 @@ def test_other_depths_and_layouts_unbiased(schedule, stride):
 
 
 def test_unmarked_rows_draw_plain_distribution():
-    """Rows with watermark=False (repeated contexts) fall back to plain sampling: exactly P, keys unused."""
+    """Rows the fused step draws unmarked (spec v2: the first h tokens) in a batch beside marked rows: exactly P,
+    keys unused; the marked rows' draw is fixed by key, context and payload."""
     from gpu.sampler import HeroSampler
+    from gpu.step import FusedSampler
 
-    v = 3000
+    v, h = 3000, 4
     g = torch.Generator().manual_seed(11)
     logits = torch.randn(v, generator=g) * 2
     probs = torch.softmax(logits.double(), -1).numpy()
     tables = [[bytes([lv, i]) * 8 for i in range(4)] for lv in range(2)]
-    sampler = HeroSampler((20,), 6, tables, b"\x07" * 16)
+    fs = FusedSampler(HeroSampler((20,), 6, tables, b"\x07" * 16), h, 2)
     b, rounds = 1000, 100
-    ctx = torch.zeros(b, 4, dtype=torch.int64)  # one context for all rows: a watermarked draw would be fixed
+    ctx = torch.zeros(b, h, dtype=torch.int64)  # one context for all rows: a watermarked draw would be fixed
     payload = torch.zeros(b, 6, 2, dtype=torch.int64)
-    mark = torch.arange(b) % 2 == 0  # half the rows watermarked, half plain
+    mark = torch.arange(b) % 2 == 0  # half the rows watermarked (a continuation context), half fresh (< h drawn)
     counts = np.zeros(v, dtype=np.int64)
     for _ in range(rounds):
-        tok = sampler.sample(logits.expand(b, -1), ctx, payload, mark, generator=g)
+        generated = torch.where(mark, h, 0).to(torch.int64)  # each round a new request: no context seen yet
+        tok, marked = fs.step(logits.expand(b, -1), ctx, payload, generated, fs.new_log(b), generator=g,
+                              with_marks=True)
+        assert torch.equal(marked, mark)
         assert len(set(tok[mark].tolist())) == 1  # same key, context and payload -> the same token
         counts += np.bincount(tok[~mark].numpy(), minlength=v)
     n = int(counts.sum())

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from verifier.engine import stats
-from verifier.engine.attribution import MEAN_GRID, TRUE_VARIANCE, LevelEvidence, not_significant
-from verifier.engine.verdicts import LOG_QUIET, Attribution, Candidate, _spans
+from verifier.engine.attribution import MEAN_GRID, TRUE_VARIANCE, LevelEvidence
+from verifier.engine.verdicts import LOG_QUIET, Attribution, Candidate, _spans, not_significant
 from verifier.engine.verdicts import join_cells as _join
 
 

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Short leases and sweep intervals so crash recovery shows within seconds, yet long enough that a live worker's
 # batch (a test delay of up to 1.5 s plus decoding) never outlives its lease on a loaded 2-core machine: an
 # expired live claim is only extra work (completion is idempotent) but would change the attempt counts tests
-# assert (issue 31: the Celery tests failed under load with a 3 s lease).
+# assert (the Celery tests failed under load with a 3 s lease).
 FAST = {
     "HERO_JOB_LEASE_SECONDS": "20",
     "HERO_JOB_STALE_SECONDS": "10",

@@ -1,4 +1,4 @@
-"""Bundles never go back (issue 52, N7): a replayed older signed bundle is refused and logged, the newer one stays.
+"""Bundles never go back: a replayed older signed bundle is refused and logged, the newer one stays.
 
 Before (7ed75c2) `BundleSource` installed any bundle the pinned key signed for this provider: replaying the
 `l1-v1` bundle after a rotation to `l1-v2` (and `l1-v1` disabled) rolled the provider back for up to the

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.helpers.keys import fixed_keyset
-from tests.helpers.synthetic import generate_fused
+from tests.helpers.synthetic import generate
 from tests.vectors.make_generation_vector import opened_bundle
 from verifier.engine import profile as profiles
 from verifier.engine.decoder import DecodeError
@@ -29,7 +29,7 @@ STEPS = 250
 def v5():
     profile = profiles.v5_profile()
     keys = fixed_keyset(profile, label="detector")
-    return profile, keys, generate_fused(profile, keys, PAYLOADS, STEPS, seed=3)
+    return profile, keys, generate(profile, keys, PAYLOADS, STEPS, seed=3)
 
 
 def _random(profile, rows: int, length: int, seed: int = 11) -> torch.Tensor:
@@ -41,7 +41,7 @@ def _random(profile, rows: int, length: int, seed: int = 11) -> torch.Tensor:
 def test_watermarked_ids_are_detected_with_their_model_on_every_spec_version(load):
     profile = load()
     keys = fixed_keyset(profile, label="detector")
-    ids = generate_fused(profile, keys, PAYLOADS, STEPS, seed=5)
+    ids = generate(profile, keys, PAYLOADS, STEPS, seed=5)
     out = HeroWatermarkDetector(opened_bundle(profile, keys))(ids)  # a provider's opened bundle
     assert out.prediction.tolist() == [True, True]
     assert [f["model"] for f in out.fields] == [3, 1]
@@ -126,7 +126,7 @@ def test_private_fields_only_with_those_levels_keys(v5):
 def test_a_rotation_decodes_texts_of_either_version(v5):
     profile, keys, ids = v5
     new = fixed_keyset(profile, seed=1, label="detector")
-    new_ids = generate_fused(profile, new, PAYLOADS[:1], STEPS, seed=4)
+    new_ids = generate(profile, new, PAYLOADS[:1], STEPS, seed=4)
     det = HeroWatermarkDetector([keys, opened_bundle(profile, new)])
     assert det.key_versions == {1: ["l1-v0", "l1-v1"], 2: ["l2-v0", "l2-v1"]}
     out = det([ids[0].tolist(), new_ids[0].tolist()])

@@ -1,5 +1,5 @@
 """Every generation path draws with the one step, `gpu/step.FusedSampler.step`, and draws the tokens it drew at
-commit 2e5a1fd for fixed keys, logits and generator (tests/vectors/generation_2e5a1fd.json, made by
+commit 2e5a1fd for fixed keys, logits and generator (tests/vectors/generation_paths.json, made by
 tests/vectors/make_generation_vector.py at that commit).
 
 At 2e5a1fd, `HeroWatermarkingConfig` and vLLM ran the fused step; `hero generate`, the SDK's `generate`,
@@ -21,7 +21,7 @@ from gpu.step import FusedSampler
 from tests.vectors import make_generation_vector as G
 from verifier.engine.profile import resolve_profile
 
-RECORDED = json.loads((Path(G.__file__).with_name("generation_2e5a1fd.json")).read_text())
+RECORDED = json.loads((Path(G.__file__).with_name("generation_paths.json")).read_text())
 FUSED_AT_BASE = {"engine": "hf_config", "bundle_sampler": "hf_config", "hf_config": "hf_config",
                  "vllm_v1": "vllm_v1", "generate": "generate_hf", "generate_hf": "generate_hf"}
 
@@ -35,7 +35,7 @@ def model():
 
 
 @pytest.mark.parametrize("name", G.PROFILES)
-def test_every_path_draws_the_tokens_of_2e5a1fd(name, model):
+def test_every_path_draws_its_recorded_tokens(name, model):
     profile = resolve_profile(name)
     keyset = G.fixed_keyset(profile)
     was = RECORDED[name]

@@ -1,4 +1,4 @@
-"""A 405 names every method of its path in `Allow` (schemathesis ST205, found in issue 52's run): Starlette named
+"""A 405 names every method of its path in `Allow` (schemathesis ST205, found by a fuzzing run): Starlette named
 only the first matching route's, so OPTIONS /v1/providers answered `Allow: POST` where GET is served too."""
 
 from __future__ import annotations

@@ -180,9 +180,9 @@ print(json.dumps({"status": int(data.split(b" ", 2)[1]), "latency_s": time.perf_
 
 
 def test_moderator_2mb_of_non_string_items_is_refused_at_the_first(server):
-    """Issue 29 HIGH-1: `{"texts":[1,1,...]}` (2 MB, a million ints) from a moderator. On 620acb1: 422 after 8.6 s,
+    """`{"texts":[1,1,...]}` (2 MB, a million ints) from a moderator. On 620acb1: 422 after 8.6 s,
     /healthz frozen 7.6 s, +1 GB RSS (a million ints validated on the loop, one error object each). Now the
-    off-loop parser stops at item 0. Speed-independent bounds (issue 31: the suite passes on a loaded machine):
+    off-loop parser stops at item 0. Speed-independent bounds (the suite passes on a loaded machine):
     the server's own CPU time for the whole attack (its /healthz answers included), and /healthz scaled by
     this machine's idle noise measured in the same run; on 620acb1 both were seconds. Idle-machine figures:
     422 in ~0.05 s, /healthz <= ~10 ms."""

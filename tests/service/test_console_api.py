@@ -1,4 +1,4 @@
-"""Issue 14 (API side): job listing (own jobs, paged; admins all), `Location` on 202, job metrics, audit
+"""job listing (own jobs, paged; admins all), `Location` on 202, job metrics, audit
 filters, the console's own endpoints, offline /docs and /redoc, and field descriptions in OpenAPI."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 14: the web console driven in Debian's chromium (Playwright via executable_path), one test per role's
+"""the web console driven in Debian's chromium (Playwright via executable_path), one test per role's
 main flow, with every request to another host blocked and recorded (the console, /docs and /redoc must load
 with no network). `scripts/screenshots` runs these tests with HERO_SCREENSHOTS=docs/console to refresh the
 README's screenshots from the same flows."""
@@ -259,7 +259,7 @@ def test_api_docs_render_with_no_network(browser, live):
 
 
 def test_sign_out_forgets_the_text_expect_results_and_jobs(browser, live):
-    """Issue 52 ("Also:"): after sign-out the console kept the previous user's text, `expect` and result on screen,
+    """after sign-out the console kept the previous user's text, `expect` and result on screen,
     so a second role signing in on a shared browser saw them and silently sent the same `expect`. Now sign-out
     clears the forms, results, job progress and detail, the tables and the tab's storage, and drops any answer
     still in flight."""

@@ -1,4 +1,4 @@
-"""Issue 31 in Chromium: what a newcomer meets in the console. A status line belongs to the page that set it; the
+"""In Chromium: what a newcomer meets in the console. A status line belongs to the page that set it; the
 header names the caller's levels in plain words; p-values read "about once in N texts"; the audit filter offers
 every audited action (from the service's one list) and the log shows only real key versions; job result cards
 carry their number and an excerpt of their text; a plain-text file is one text unless a separator is given."""

@@ -1,4 +1,4 @@
-"""Issue 44, the console in Chromium: the `expect` box ("is it model 37?") for moderators and auditors, files
+"""The console in Chromium: the `expect` box ("is it model 37?") for moderators and auditors, files
 that are not UTF-8 refused, job-file errors with their line / item number, only the current job's results on
 screen, superscript exponents, readable audit details, and an over-long text offered as its first 20,000
 characters or as a job of excerpts (messages number texts from 1)."""

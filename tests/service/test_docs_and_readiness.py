@@ -1,4 +1,4 @@
-"""Issue 52, N11: the OpenAPI documents the 4xx answers each route gives; outside dev mode /docs, /redoc and
+"""the OpenAPI documents the 4xx answers each route gives; outside dev mode /docs, /redoc and
 /openapi.json are served only with HERO_PUBLIC_DOCS=1; /readyz says ready or not (the profile only in dev mode).
 
 Before (7ed75c2): `GET /v1/keys` answered a 403 its OpenAPI did not list, a production service served its API

@@ -43,7 +43,7 @@ def test_an_auditor_asking_every_user_about_a_human_text_gets_no_match_and_the_l
             answered.append(e)
             asked.add(user)
             assert not e["matches"], (user, e)
-        elif r.status_code == 429:  # refusals are charged like any request (N3): over quota nothing is written
+        elif r.status_code == 429:  # refusals are charged like any request: over quota nothing is written
             limited += 1
         else:
             assert r.status_code == 403 and "HERO_EXPECT_MAX_VALUES" in r.json()["detail"], r.text

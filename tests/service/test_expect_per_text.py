@@ -1,4 +1,4 @@
-"""Each text its own `expect` on POST /v1/verify (issue 44): `"texts": [{"text": ..., "expect": {...}}, ...]`
+"""Each text its own `expect` on POST /v1/verify: `"texts": [{"text": ..., "expect": {...}}, ...]`
 beside plain strings; the request-level `expect` as before; results in input order. And /readyz names the
 profile the deployment serves (a new deployment: NEW_DEPLOYMENT_PROFILE)."""
 

@@ -1,6 +1,5 @@
-"""Issue 52 (security round 5), `expect`: N1 (variants of one text and per-text `expect`s reset the count), N6
-(concurrency passes the cap), N3 (refusals cost nothing and are written even over quota), N5 (one `sub` at two
-issuers shares one counter).
+"""`expect` holds its cap: variants of one text and per-text `expect`s do not reset the count, concurrency does not
+pass the cap, refusals are written even over quota, and one `sub` at two issuers shares one counter.
 
 At 7ed75c2 the count keyed on the exact SHA-256 of the text and was read before the decode, outside any lock: each
 test below says how it failed there."""

@@ -1,4 +1,4 @@
-"""The verification hot path (issue 15): cached key material invalidated across processes, the
+"""The verification hot path: cached key material invalidated across processes, the
 micro-batcher (group commit, one audit event per text, identical answers), fail-closed audit under batching."""
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def test_large_flat_body_is_parsed_and_validated(make_service, sqlite_url):
     r = s.client.post("/v1/verify", headers=s.auth("auditor"), json={"texts": texts, "max_level": 0})
     assert r.status_code == 422 and "max_level" in r.json()["detail"]  # parsed element by element, then validated
     r = s.client.post("/v1/verify", headers=s.auth("auditor"), json={"texts": [[t] for t in texts]})
-    # a non-string item stops the off-loop parse at the first one (issue 29 HIGH-1), named in the answer
+    # a non-string item stops the off-loop parse at the first one, named in the answer
     assert r.status_code == 422 and "texts.0" in r.json()["detail"] and "texts.1" not in r.json()["detail"]
     r = s.client.post("/v1/verify", headers={**s.auth("auditor"), "content-type": "application/json"},
                       content=b'{"texts": ["a"' + b" " * 300_000 + b"]")

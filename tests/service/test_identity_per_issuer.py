@@ -1,4 +1,4 @@
-"""Identity per issuer (issue 52: N4, N5, N9, and Cognito's access tokens).
+"""Identity per issuer.
 
 Before (7ed75c2): HERO_ROLE_MAP / HERO_JWT_ROLE_CLAIM / HERO_JWT_AUDIENCE applied to every OIDC issuer alike, so a
 user of issuer B in group `hero-admins` became a HeRo admin and rotated a key (201) where the operator meant that

@@ -76,7 +76,7 @@ def test_results_refused_to_others_and_bad_cursors(done_job):
     for bad in ("24", "9" * 13):  # past the end; longer than any cursor
         r = svc.client.get(f"/v1/jobs/{jid}/results", params={"cursor": bad}, headers=svc.auth("admin"))
         assert r.status_code == 422, (bad, r.text)
-    # Issue 52, N10: "²" passed str.isdigit() and then int() raised (a 500); Arabic-Indic digits were read as a
+    # "²" passed str.isdigit() and then int() raised (a 500); Arabic-Indic digits were read as a
     # cursor. Only ASCII digits are a cursor: anything else is a 400 naming what a cursor is.
     for bad in ("-1", "abc", "\u00b2", "\u0663", "\uff11", " 1", "1\n"):
         r = svc.client.get(f"/v1/jobs/{jid}/results", params={"cursor": bad}, headers=svc.auth("admin"))

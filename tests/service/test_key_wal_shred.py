@@ -1,4 +1,4 @@
-"""Issue 29 MEDIUM-2: a destroyed key version must stay undecryptable from every byte PostgreSQL keeps.
+"""a destroyed key version must stay undecryptable from every byte PostgreSQL keeps.
 
 The table's own page is rewritten by VACUUM FULL, but the live pg_wal/ still holds the row as it was inserted
 (ciphertext, nonce, wrapped data key). The test finds those bytes in the data directory (so the threat is real

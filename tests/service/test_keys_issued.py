@@ -1,4 +1,4 @@
-"""Issued model ids belong to the deployment (issue 51 item 4): POST /v1/keys/init with `models` makes the
+"""Issued model ids belong to the deployment: POST /v1/keys/init with `models` makes the
 deployment's own copy of its profile, POST /v1/keys/issued appends (the list only grows, audited), GET lists."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A global bound on model-aware decodes per process (issue 52, N2; verifier/base/workslots.py).
+"""A global bound on model-aware decodes per process (verifier/base/workslots.py).
 
 Before (7ed75c2) nothing bounded them: 4-6 concurrent requests at the token caps each ran the LM on every core,
 all missed the 120 s deadline (503, quota charged), the resident memory ratcheted up and stayed, and one 500

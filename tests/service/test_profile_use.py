@@ -1,4 +1,4 @@
-"""Moving a deployment to another profile is one step (`hero profile use NAME`, issue 51 item 4), and the service
+"""Moving a deployment to another profile is one step (`hero profile use NAME`), and the service
 keeps decoding the texts made under the profiles it served before: each result names the profile that matched,
 its p-values corrected for the profiles tried."""
 

@@ -1,4 +1,4 @@
-"""Issue 13 end to end: admin registers a provider, the provider fetches its sealed bundle over HTTP, a
+"""End to end: admin registers a provider, the provider fetches its sealed bundle over HTTP, a
 separate process with no database URL and no KEK generates with SmolLM2 from the bundle, the service decodes
 the texts (fields and key versions); after a rotation the provider's refresher picks up the new bundle (new
 ETag) and old and new texts both decode."""

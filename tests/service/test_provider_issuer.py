@@ -1,4 +1,4 @@
-"""The provider registry keyed by (issuer, sub), like every other subject since issue 52's N4/N5.
+"""The provider registry keyed by (issuer, sub), like every other subject.
 
 Before (49e0a88): a provider was its `sub` alone, so with two trusted issuers, a token of issuer B whose `sub` was
 a provider registered for issuer A got A's sealed generation keys (`active_provider(db, actor.subject)`; the

@@ -1,4 +1,4 @@
-"""Provider registry and sealed generation-key bundles through HTTP (issue 13)."""
+"""Provider registry and sealed generation-key bundles through HTTP."""
 
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ def test_redis_counters_are_shared_between_processes():
         a.charge("moderator", sub, limits, 1)
 
 
-# -- moving windows (issue 29 MEDIUM-1, issue 30): exact under concurrency, no false 429, no 2x at an edge --------
+# -- moving windows: exact under concurrency, no false 429, no 2x at an edge --------
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -192,7 +192,7 @@ def test_cli_actions_are_audited_as_the_os_user(db_url, make_service, monkeypatc
     assert "user" in json.loads(out)["levels"][1]["fields"]  # a private field was printed...
     events = _events(svc)
     cli = [e for e in events if e["role"] == "cli"]
-    # A destroy re-keys (a new KEK, the old ones retired: issue 29 MEDIUM-2), audited as a KEK rotation.
+    # A destroy re-keys (a new KEK, the old ones retired), audited as a KEK rotation.
     assert [e["action"] for e in cli] == ["keys.init", "keys.rotate", "keys.disable", "keys.enable", "keys.destroy",
                                          "kek.rotate", "kek.rotate", "decode"]
     assert {e["subject"] for e in cli} == {me}

@@ -1,6 +1,6 @@
 """Property-based API fuzzing from the OpenAPI schema: no operation may answer 5xx, and every answer conforms to
 the schema (documented status code, content type, headers and body shape). Bounded (150 examples, ~15 s on 2
-cores); HERO_FUZZ_EXAMPLES=3000 for a longer run (issue 52: 0 server errors, 0 undocumented status codes)."""
+cores); HERO_FUZZ_EXAMPLES=3000 for a longer run (0 server errors, 0 undocumented status codes at 3,000)."""
 
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def test_cli_decode_model_aware_flag(capsys, hero_home, fake_lm, monkeypatch):
     from verifier.cli import main
 
     monkeypatch.delenv("HERO_URL", raising=False)
-    assert main(["kek", "init"]) == 0  # outside dev mode the CLI mints no KEK (issue 52, N8)
+    assert main(["kek", "init"]) == 0  # outside dev mode the CLI mints no KEK
     assert main(["keys", "init"]) == 0
     capsys.readouterr()
     for argv, scoring in ((["--model-aware"], "model-aware"), ([], "model-free")):
@@ -172,7 +172,7 @@ def test_cli_decode_takes_the_providers_sampling_only_with_model_aware(capsys, h
     from verifier.cli import main
 
     monkeypatch.delenv("HERO_URL", raising=False)
-    assert main(["kek", "init"]) == 0  # outside dev mode the CLI mints no KEK (issue 52, N8)
+    assert main(["kek", "init"]) == 0  # outside dev mode the CLI mints no KEK
     assert main(["keys", "init"]) == 0
     capsys.readouterr()
     for extra in ([], ["--statistic", "likelihood-ratio"], ["--statistic", "linear"], ["--statistic", "union"]):

@@ -173,7 +173,7 @@ def test_witness_cosignature_round_trip_and_quorum():
 
 
 def test_witnesses_count_once_and_an_unmet_quorum_fails():
-    """Issue 29 LOW-2: a witness listed twice counted twice towards quorum=2; witnesses with quorum 0 were ignored."""
+    """a witness listed twice counted twice towards quorum=2; witnesses with quorum 0 were ignored."""
     key, vkey = _signer("o")
     w1, w2 = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     v1 = tl.verifier_key("witness.example/w1", tl.raw_public(w1.public_key()), tl.SIG_COSIGNATURE_V1)

@@ -1,7 +1,7 @@
 """Records the tokens every generation path draws for fixed keys, logits and generator seeds.
 
-`python tests/vectors/make_generation_vector.py OUT.json` writes them (tests/vectors/generation_2e5a1fd.json was
-made at commit 2e5a1fd, before every path ran the fused step); `tests/engine/test_generation_paths.py` replays the
+`python tests/vectors/make_generation_vector.py OUT.json` writes them (tests/vectors/generation_paths.json was
+made at commit 2e5a1fd, before every path ran the fused step); `tests/provider/test_generation_paths.py` replays the
 same inputs through today's code with `run_all()` and compares. Runs without vLLM (a stand-in for the three
 vLLM names the plugin imports) and without a downloaded model (a one-layer Llama with seeded weights).
 

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from verifier.evaluation.report import write_report
+from hero_eval.report import write_report
 
 
 def merge(runs: list[dict]) -> dict:
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "results.json").write_text(json.dumps(merged, indent=1, allow_nan=True))
     if chat:
-        from verifier.evaluation.report_chat import write_chat_report
+        from hero_eval.report_chat import write_chat_report
 
         write_chat_report(merged, dest)
         print(dest / "tables.md")

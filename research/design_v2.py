@@ -43,7 +43,7 @@ def _load():
     except ImportError:
         from verifier.engine.models import load_model
     try:
-        from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
+        from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
     except ImportError:
         from verifier.engine.corpus import bbc_prompts_and_humans, prompt_from_article
     return load_model, bbc_prompts_and_humans, prompt_from_article

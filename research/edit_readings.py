@@ -33,15 +33,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hero_eval import attacks
+from hero_eval.attribution import build_attr_method, user_value
+from hero_eval.corpus import bbc_prompts_and_humans
+from hero_eval.methods import VOCAB
+from hero_eval.metrics import wilson
+from hero_eval.runner import cache_root
 from verifier.engine.model_aware import level_probabilities, text_logits
 from verifier.engine.reference import scored_positions
 from verifier.engine.weighted_decode import UNION, WeightedDecoder, Weighting, edited_positions
-from verifier.evaluation import attacks
-from verifier.evaluation.attribution import build_attr_method, user_value
-from verifier.evaluation.corpus import bbc_prompts_and_humans
-from verifier.evaluation.methods import VOCAB
-from verifier.evaluation.metrics import wilson
-from verifier.evaluation.runner import cache_root
 from verifier.lm import load_model
 
 SETTINGS = {"T1": "", "k50p0.9": "_k50p0.9"}

@@ -17,10 +17,10 @@ import sys
 
 import torch
 
-from verifier.evaluation.attribution_eval import MethodEval
-from verifier.evaluation.attribution_extra import decode_cost
-from verifier.evaluation.attribution_section import AttributionSection
-from verifier.evaluation.runner import Config, Runner
+from hero_eval.attribution_eval import MethodEval
+from hero_eval.attribution_extra import decode_cost
+from hero_eval.attribution_section import AttributionSection
+from hero_eval.runner import Config, Runner
 
 
 def main(n: int, out_path: str) -> None:

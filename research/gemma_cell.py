@@ -6,7 +6,7 @@ verifier receives them. A `v4` profile on Gemma's tokenizer (K_1 = 80 contiguous
 derived from the seed as the evaluation derives them, one `model` and a random 12-bit `user` per text. Read:
 moderator detection (level-1 keys only, p <= 1e-3), the public `model` and the exact `user` (model-free auditor) at
 50 / 100 / `--tokens` tokens, wrong values, and the same moderator test on as many human texts. SynthID-Text
-(transformers' processor, its top-k form; verifier/evaluation/baselines/synthid.py) continues the same openings in
+(transformers' processor, its top-k form; evaluation/hero_eval/baselines/synthid.py) continues the same openings in
 the same run, `<bos>` first as for HeRo, detected by its binomial test at the same cuts and on the same human texts
 (`--no-synthid` skips it).
 
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
+from hero_eval.corpus import bbc_prompts_and_humans
+from hero_eval.generation import generate_rows
+from hero_eval.methods import HeroMethod, SynthIDMethod, _decode_safe
+from hero_eval.metrics import proportion
+from hero_eval.sampling import PROVIDER
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import PROFILES_DIR, load_profile, profile_from_dict
-from verifier.evaluation.corpus import bbc_prompts_and_humans
-from verifier.evaluation.generation import generate_rows
-from verifier.evaluation.methods import HeroMethod, SynthIDMethod, _decode_safe
-from verifier.evaluation.metrics import proportion
-from verifier.evaluation.sampling import PROVIDER
 from verifier.lm import load_model
 from verifier.provider.generation import generate_watermarked
 

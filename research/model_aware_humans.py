@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from scipy import stats as sps
 
-from verifier.evaluation.attribution import build_attr_method
-from verifier.evaluation.metrics import wilson
-from verifier.evaluation.runner import Config, Runner, cache_root
+from hero_eval.attribution import build_attr_method
+from hero_eval.metrics import wilson
+from hero_eval.runner import Config, Runner, cache_root
 from verifier.lm import load_model
 
 TAILS = (1e-3, 1e-2, 0.05, 0.1, 0.2, 0.5)

@@ -44,12 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from edit_readings import named_users
 from public_level_v3 import CACHE, _masters, _retokenized
 
+from hero_eval.metrics import wilson
 from verifier.engine.decoder import Decoder
 from verifier.engine.keys import derive_level_table
 from verifier.engine.model_aware import DeploymentSampling, routing_probabilities, scored_logits
 from verifier.engine.profile import resolve_profile
 from verifier.engine.weighted_decode import LIKELIHOOD_RATIO, LINEAR, UNION, WeightedDecoder, Weighting
-from verifier.evaluation.metrics import wilson
 
 LENGTHS = (50, 100, 200)
 MIXES = (0.25,)
@@ -204,7 +204,7 @@ def main() -> None:
     t0 = time.perf_counter()
     probs = _every_probability(a, model, profile, texts)
     if not a.retokenize and not a.model_free_only and not a.no_oracle:
-        from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
+        from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
 
         arts, _ = bbc_prompts_and_humans(len(ids), 0, seed=seed)
         prompts = [prompt_from_article(x.text, tok, 50) for x in arts][:len(ids)]
@@ -240,8 +240,8 @@ def _attacks(a, model, profile, decoder, texts, payloads) -> list[dict]:
     """Exact `user` on 200-token texts with 10 % / 20 % replaced tokens; 50/50 splices: both / one / none / third."""
     import random
 
-    from verifier.evaluation.attacks import replace
-    from verifier.evaluation.splices import build_splices, classify
+    from hero_eval.attacks import replace
+    from hero_eval.splices import build_splices, classify
 
     users = [p["user"] for p in payloads]
     rng = random.Random(0)
@@ -271,7 +271,7 @@ def _attacks(a, model, profile, decoder, texts, payloads) -> list[dict]:
 
 
 def _humans(a, model, tok, profile, decoder, seed) -> list[dict]:
-    from verifier.evaluation.corpus import bbc_prompts_and_humans
+    from hero_eval.corpus import bbc_prompts_and_humans
 
     _, arts = bbc_prompts_and_humans(0, a.humans_offset + a.humans, seed=seed)
     arts = arts[a.humans_offset:]

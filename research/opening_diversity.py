@@ -37,7 +37,7 @@ def _mean_ci(values) -> dict:
 
 
 def _wilson(k: int, n: int) -> list[float]:
-    from verifier.evaluation.metrics import wilson
+    from hero_eval.metrics import wilson
 
     return [round(x, 3) for x in wilson(k, n)]
 
@@ -142,9 +142,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
     from verifier.engine.keys import KeySet, derive_level_table
     from verifier.engine.profile import resolve_profile
-    from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
     from verifier.lm import load_model
 
     torch.set_num_threads(2)

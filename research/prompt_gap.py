@@ -24,10 +24,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import edit_readings as er
 
+from hero_eval.attribution import user_value
 from verifier.engine import reference
 from verifier.engine.model_aware import DeploymentSampling, routing_probabilities, text_logits
 from verifier.engine.weighted_decode import LIKELIHOOD_RATIO, WeightedDecoder, Weighting
-from verifier.evaluation.attribution import user_value
 
 
 def main() -> None:

@@ -44,8 +44,8 @@ def _masters(seed: int) -> list[bytes]:
 
 
 def generate(args) -> None:
+    from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
     from verifier.engine.keys import KeySet
-    from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
     from verifier.lm import load_model
     from verifier.provider.generation import generate_watermarked
 
@@ -186,8 +186,8 @@ def _expect_cell(dec, ids: list, truth: list[int], n: int) -> dict:
 
 def humans(args) -> dict:
     """Human BBC text (first 200 tokens, re-tokenised) under a v3 moderator: releases and FPR at 1e-3 / 1e-4."""
+    from hero_eval.corpus import bbc_prompts_and_humans
     from verifier.engine.decoder import Decoder
-    from verifier.evaluation.corpus import bbc_prompts_and_humans
     from verifier.lm import load_tokenizer
 
     profile = resolve_profile("v3")

@@ -27,11 +27,11 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from score_v3_gen import eval_keyset, load_jsonl
 
+from hero_eval.metrics import wilson
 from verifier.engine.decoder import Decoder, token_ids
 from verifier.engine.model_aware import level_probabilities
 from verifier.engine.profile import default_profile
 from verifier.engine.weighted_decode import WeightedDecoder, Weighting
-from verifier.evaluation.metrics import wilson
 from verifier.lm import load_model
 
 LENGTHS = (50, 100, 200)

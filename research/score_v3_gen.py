@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
+from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
+from hero_eval.sampling import PROVIDER, T1
 from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.profile import default_profile
-from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
-from verifier.evaluation.sampling import PROVIDER, T1
 from verifier.lm import load_model
 from verifier.provider.generation import generate_watermarked
 

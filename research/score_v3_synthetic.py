@@ -18,13 +18,13 @@ import random
 import numpy as np
 import torch
 
+from hero_eval.metrics import wilson
 from tests.helpers.keys import make_keyset
 from tests.helpers.synthetic import generate
 from verifier.engine import reference
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import make_profile
 from verifier.engine.weighted_decode import WeightedDecoder, Weighting
-from verifier.evaluation.metrics import wilson
 
 PROFILE = make_profile((2, 2), 24, vocab_size=4000, schedule=(20,), context_width=3, spec_version=2)
 

@@ -32,12 +32,12 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from edit_readings import Bench, cell, named_users, texts
 
+from hero_eval.attribution import model_truth, user_value
+from hero_eval.corpus import bbc_prompts_and_humans
+from hero_eval.splices import build_splices, classify
 from verifier.engine.decoder import Decoder, DecodeResult
 from verifier.engine.reference import scored_positions
 from verifier.engine.weighted_decode import LIKELIHOOD_RATIO, LINEAR, UNION, UNION_PARTS, WeightedDecoder
-from verifier.evaluation.attribution import model_truth, user_value
-from verifier.evaluation.corpus import bbc_prompts_and_humans
-from verifier.evaluation.splices import build_splices, classify
 
 FREE = ("ars", "log", "ars+log")
 # model-aware: (parts of UNION_PARTS kept, reading groups kept: 0 = all tokens, 1 = floor 1e-4, 2 = floor 1e-5)

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
+from hero_eval import attacks, metrics
+from hero_eval.attribution import hero_model_value, user_value
+from hero_eval.methods import VOCAB, HeroMethod
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import resolve_profile
-from verifier.evaluation import attacks, metrics
-from verifier.evaluation.attribution import hero_model_value, user_value
-from verifier.evaluation.methods import VOCAB, HeroMethod
 
 ALPHA_DETECT = 1e-3
 WRONG_KEYS = 5
@@ -127,7 +127,7 @@ def synthid_rows(recs: list[dict], tok, seed: int, humans: dict[int, list[list[i
     1e-3 threshold) at 50 / 100 / 200 tokens."""
     import torch
 
-    from verifier.evaluation.baselines.synthid import SynthIDDetector, synthid_keys
+    from hero_eval.baselines.synthid import SynthIDDetector, synthid_keys
 
     det = SynthIDDetector(synthid_keys(seed), eos_token_id=tok.eos_token_id)
     proc = det.proc
@@ -172,7 +172,7 @@ def synthid_rows(recs: list[dict], tok, seed: int, humans: dict[int, list[list[i
 
 
 def human_ids(tok, n: int, seed: int, tokens: int) -> list[list[int]]:
-    from verifier.evaluation.corpus import bbc_prompts_and_humans
+    from hero_eval.corpus import bbc_prompts_and_humans
 
     _, humans = bbc_prompts_and_humans(1, n, seed)
     out = []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scipy import stats as sps
 
-from verifier.evaluation.metrics import proportion
+from hero_eval.metrics import proportion
 
 TAIL = 60
 

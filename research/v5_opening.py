@@ -1,6 +1,6 @@
 """What spec v5's gated opening (docs/spec.md 12.1) costs on 50-token chat answers, and what a shorter one buys.
 
-SmolLM2-135M-Instruct answers the 40 held-out chat requests (verifier/evaluation/chat_prompts.py, never used to tune
+SmolLM2-135M-Instruct answers the 40 held-out chat requests (evaluation/hero_eval/chat_prompts.py, never used to tune
 anything) under its chat template at top-k 50 / top-p 0.9, T = 1, 50 tokens, with profile v5 at opening thresholds
 `--nats` (0 = no opening: every token from the h-th on is marked). Per threshold: moderator detection at p <= 1e-3
 and the exact `model` (level-1 keys, model-free, issued search), the answers' mean entropy per token, and the
@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from transformers import LogitsProcessorList
 
+from hero_eval.chat import chat_template
+from hero_eval.chat_prompts import chat_prompts
+from hero_eval.methods import HeroMethod
+from hero_eval.metrics import proportion
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import resolve_profile
 from verifier.engine.warpers import make_warpers
-from verifier.evaluation.chat import chat_template
-from verifier.evaluation.chat_prompts import chat_prompts
-from verifier.evaluation.methods import HeroMethod
-from verifier.evaluation.metrics import proportion
 from verifier.lm import load_model
 from verifier.provider.generation import HeroLogitsProcessor
 

@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("gpu", "verifier", "workers")
+# top-level package -> its folder: the evaluation harness is its own distribution (evaluation/pyproject.toml)
+PACKAGES = {"gpu": ROOT / "gpu", "verifier": ROOT / "verifier", "workers": ROOT / "workers",
+            "hero_eval": ROOT / "evaluation" / "hero_eval"}
 
 SERVICES = ("audit", "keys", "auth", "verify", "jobs", "registry")
 # The composition roots: what builds a process's objects. Only the entry points (and, for the process builder,
@@ -52,7 +54,9 @@ def layer(module: str) -> str:
         return "base"
     if module in ("verifier.provider", "verifier.client") or module.startswith("verifier.provider."):
         return "sdk"
-    for name in ("engine", "evaluation", *SERVICES):
+    if module == "hero_eval" or module.startswith("hero_eval."):  # the harness (evaluation/hero_eval/)
+        return "evaluation"
+    for name in ("engine", *SERVICES):
         if module == f"verifier.{name}" or module.startswith(f"verifier.{name}."):
             return name
     if module in ("verifier.lm", "verifier.process"):
@@ -61,12 +65,16 @@ def layer(module: str) -> str:
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    """The name a file imports as: from its package's folder (evaluation/hero_eval/x.py is `hero_eval.x`)."""
+    for pkg, top in PACKAGES.items():
+        if path.is_relative_to(top):
+            parts = [pkg, *path.relative_to(top).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise AssertionError(f"{path} is in none of {sorted(PACKAGES)}")
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    return {module_name(p): p for top in PACKAGES.values() for p in top.rglob("*.py")}
 
 
 def _loads_by_name(tree: ast.AST) -> bool:
@@ -156,6 +164,10 @@ def test_the_walk_sees_real_imports():
     assert "verifier.cli.serve" in g["verifier.cli"]  # the CLI's command table
     assert "verifier.provider.sampling" in g["verifier.provider"]  # the SDK's lazy names
     assert "verifier.keys.kek_openbao" in g["verifier.keys.kek"]  # "module:factory" of the KEK providers
+    # the harness is walked under its import name, and the CLI's `hero eval` reaches it
+    assert module_name(PACKAGES["hero_eval"] / "baselines" / "mpac.py") == "hero_eval.baselines.mpac"
+    assert "hero_eval.baselines.synthid" in g["hero_eval.methods"] and "hero_eval.runner" in g["verifier.cli.evaluate"]
+    assert not any(m.startswith(("evaluation", "verifier.evaluation")) for m in g)
     allowed = {"verifier.base.resources", "verifier.base.errors", "verifier.base.settings", "verifier.base.logs",
                "verifier.engine.profile"}
     assert not {d for d in g["verifier.lm"] if d.startswith("verifier.")} - allowed
@@ -174,9 +186,10 @@ def test_no_import_cycles():
 
 
 def folder(module: str) -> str:
-    """The folder a module lives in (`verifier.jobs`, `gpu`, `workers`); one directly under verifier/ is its own."""
+    """The folder a module lives in (`verifier.jobs`, `gpu`, `workers`, `hero_eval`); one directly under verifier/
+    is its own."""
     parts = module.split(".")
-    return parts[0] if parts[0] in ("gpu", "workers") else ".".join(parts[:2])
+    return parts[0] if parts[0] in ("gpu", "workers", "hero_eval") else ".".join(parts[:2])
 
 
 def folder_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -234,9 +247,11 @@ def test_no_upward_imports():
 
 
 def test_an_upward_import_is_found():
-    g = {"verifier.engine.decoder": {"gpu.step", "verifier.keys.cache"}, "verifier.provider.step": {"verifier.base.db"}}
+    g = {"verifier.engine.decoder": {"gpu.step", "verifier.keys.cache"}, "verifier.provider.step": {"verifier.base.db"},
+         "verifier.verify.runner": {"hero_eval.corpus"}, "hero_eval.runner": {"verifier.engine.decoder"}}
     assert upward(g) == ["verifier.engine.decoder (engine) -> verifier.keys.cache (keys)",
-                         "verifier.provider.step (sdk) -> verifier.base.db (base)"]
+                         "verifier.provider.step (sdk) -> verifier.base.db (base)",
+                         "verifier.verify.runner (verify) -> hero_eval.corpus (evaluation)"]
 
 
 def test_schema_modules_load_without_the_engine():

@@ -10,10 +10,10 @@ import pytest
 import torch
 from scipy import stats as sps
 
+from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
 from tests.helpers.keys import make_keyset
 from verifier.engine.decoder import Decoder
 from verifier.engine.profile import default_profile
-from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
 from verifier.provider.generation import generate_watermarked
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]

@@ -164,9 +164,9 @@ def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass(tmp_path
     it (the LM is causal): the same level probabilities and the same results as a fresh pass per prefix."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from hero_eval.methods import HeroMethod, ModelAwareMethod
     from verifier.engine.model_aware import level_probabilities
     from verifier.engine.profile import profile_from_dict
-    from hero_eval.methods import HeroMethod, ModelAwareMethod
 
     profile = profile_from_dict({
         "name": "v3-tiny", "spec_version": 3, "vocab_size": 4000, "context_width": 3, "segments": 4,

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from verifier import lm as models
 from hero_eval.corpus import (
     BBC_CATEGORIES,
     bbc_articles,
     bbc_prompts_and_humans,
     prompt_from_article,
 )
+from verifier import lm as models
 
 # --- models: the ones that load weights (first run converts the GGUF, ~40 s; later runs ~1 s) ---
 

@@ -1,4 +1,7 @@
-"""`hero eval`: the reproducible evaluation (Markdown + PNG report in docs/evaluation/, JSON summary on stdout)."""
+"""`hero eval`: the reproducible evaluation (Markdown + PNG report in docs/evaluation/, JSON summary on stdout).
+
+The harness is its own distribution (hero-eval, package `hero_eval`, in evaluation/), not part of the base
+install: without it the command is still listed, and answers any command line with what to install."""
 
 from __future__ import annotations
 
@@ -7,11 +10,21 @@ import json
 import shlex
 import sys
 
+HELP = "evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)"
+MISSING = ("hero: error: `hero eval` needs the evaluation harness, the hero-eval distribution (no module "
+           "'hero_eval'): from a checkout of this project, pip install -e ./evaluation")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from verifier.evaluation import SECTIONS
+    try:
+        from hero_eval import SECTIONS
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "hero_eval":
+            raise
+        _register_without_harness(sub)
+        return
 
-    p = sub.add_parser("eval", help="evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)")
+    p = sub.add_parser("eval", help=HELP)
     p.add_argument("--quick", action="store_true", help="CI mode: 3 methods, 32 prompts x 64 tokens, no gemma")
     p.add_argument("--out", default=None, help="report folder (default docs/evaluation; quick: none unless given)")
     p.add_argument("--prompts", type=int, default=None, help="prompts for the main 24-bit cell")
@@ -60,8 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_eval(args: argparse.Namespace) -> None:
     import torch
 
-    from verifier.evaluation.methods import ALL_METHODS
-    from verifier.evaluation.runner import Config, Runner, quick_summary
+    from hero_eval.methods import ALL_METHODS
+    from hero_eval.runner import Config, Runner, quick_summary
     from verifier.lm import load_model
 
     if args.threads > 0:
@@ -99,9 +112,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     for m in kw["methods"] or ():
         if m not in ALL_METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {list(ALL_METHODS)}")
+    from hero_eval.attribution import ATTR_METHODS
+    from hero_eval.sampling import SETTINGS
     from verifier.engine.profile import profile_path
-    from verifier.evaluation.attribution import ATTR_METHODS
-    from verifier.evaluation.sampling import SETTINGS
 
     for name in kw["profiles"] or ():
         if not profile_path(name).exists():  # $HERO_PROFILES_DIR/NAME.yaml, policies/profiles/NAME.yaml, a path
@@ -127,11 +140,24 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if cfg.out and cfg.sections != ("chat",):  # the chat section writes its own report (report_chat.py)
         from pathlib import Path
 
-        from verifier.evaluation.report import write_report
+        from hero_eval.report import write_report
 
         write_report(results, Path(cfg.out))
         print(f"hero: report written to {Path(cfg.out) / 'README.md'} (results.json beside it)", file=sys.stderr)
     print(json.dumps(quick_summary(results), indent=1))
+
+
+def _register_without_harness(sub: argparse._SubParsersAction) -> None:
+    """`hero eval` without hero_eval: no option is known here (no prefix character can start a word of argv, so
+    `--quick` and `--help` are plain words), and every command line reaches the handler's one line, exit 2."""
+    p = sub.add_parser("eval", help=HELP, add_help=False, prefix_chars="\0")
+    p.add_argument("words", nargs="*")
+    p.set_defaults(handler=_without_harness)
+
+
+def _without_harness(args: argparse.Namespace) -> int:
+    print(MISSING, file=sys.stderr)
+    return 2
 
 
 def _counts(items: list[str] | None, flag: str, what: str) -> dict[str, int] | None:
@@ -152,8 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hero")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    args.handler(args)
-    return 0
+    return int(args.handler(args) or 0)
 
 
 if __name__ == "__main__":

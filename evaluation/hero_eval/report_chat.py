@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from verifier.evaluation.attribution import SYNTHID
-from verifier.evaluation.methods import UNWATERMARKED, ModelAwareMethod
+from hero_eval.attribution import SYNTHID
+from hero_eval.methods import UNWATERMARKED, ModelAwareMethod
 
 AWARE = ModelAwareMethod.SUFFIX
 CORPUS_TITLE = {"chat": "instruction prompts (chat answers)", "bbc": "BBC continuations"}
@@ -60,7 +60,7 @@ def render(results: dict) -> list[str]:
     chat = results.get("cells", {}).get("chat") or {}
     cmds = results.get("commands") or [results.get("config", {}).get("command", "")]
     L = ["# Chat evaluation tables (`hero eval --sections chat`)\n",
-         "Generated from results.json by verifier/evaluation/report_chat.py. Each figure: k/n = rate [Wilson 95%]; "
+         "Generated from results.json by evaluation/hero_eval/report_chat.py. Each figure: k/n = rate [Wilson 95%]; "
          "beside it (PPL, H) = the texts' median generator perplexity and mean per-token entropy in nats.\n",
          "Commands: " + "; ".join(f"`{c}`" for c in cmds if c) + "\n"]
     for corpus, node in chat.items():

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from verifier.evaluation import metrics
-from verifier.evaluation.attribution import SYNTHID, hero_name, user_value
-from verifier.evaluation.attribution_section import AttributionSection
-from verifier.evaluation.generation import GenerationCache
-from verifier.evaluation.methods import UNWATERMARKED, HeroMethod, ModelAwareMethod, SynthIDMethod
-from verifier.evaluation.sampling import SETTINGS, Sampling
+from hero_eval import metrics
+from hero_eval.attribution import SYNTHID, hero_name, user_value
+from hero_eval.attribution_section import AttributionSection
+from hero_eval.generation import GenerationCache
+from hero_eval.methods import UNWATERMARKED, HeroMethod, ModelAwareMethod, SynthIDMethod
+from hero_eval.sampling import SETTINGS, Sampling
 
 CORPORA = ("chat", "bbc")
 ALPHA_DETECT = 1e-3  # detection: p <= 1e-3 (and TPR at an empirical FPR of 1e-3 on human texts)
@@ -49,7 +49,7 @@ def chat_template(tok, prompts: Sequence[str]) -> list[str]:
 def corpus_prompts(runner, corpus: str, n: int) -> list[str]:
     """The first `n` prompts of a corpus as the generator receives them."""
     if corpus == "chat":
-        from verifier.evaluation.chat_prompts import chat_prompts
+        from hero_eval.chat_prompts import chat_prompts
 
         items = chat_prompts("eval")
         if n > len(items):
@@ -157,7 +157,7 @@ class CorpusRun:
             self.sec.data.read_only = True
         if cfg.generate_only:
             return
-        from verifier.evaluation import attribution_eval
+        from hero_eval import attribution_eval
 
         # SynthID has no payload: the attribution rows are HeRo's (and plain sampling's perplexity)
         synth = self.sec.methods.pop(SYNTHID, None)
@@ -196,8 +196,8 @@ class CorpusRun:
         does not count) of every generator and of SynthID's stock processor, rounds interleaved, uncached."""
         import time
 
-        from verifier.evaluation.generation import generate_rows
-        from verifier.evaluation.methods import SynthIDMethod as _S
+        from hero_eval.generation import generate_rows
+        from hero_eval.methods import SynthIDMethod as _S
 
         gens = dict(self.sec.generators())
         if self.synthid is not None:
@@ -249,7 +249,7 @@ class CorpusRun:
         moderator = Decoder(m.profile, {1: [m.keyset.tables[0]]})
 
         def mod_scores(ids):
-            from verifier.evaluation.methods import _decode_safe
+            from hero_eval.methods import _decode_safe
 
             return [0.0 if r is None else -r.log10_p_value for r in _decode_safe(moderator, ids)]
 
@@ -271,7 +271,7 @@ class CorpusRun:
 
     def _aware(self, m: ModelAwareMethod, recs: list[dict]) -> dict:
         """Auditor detection model-aware at 50 tokens (humans capped as in the attribution rows)."""
-        from verifier.evaluation.attribution import attribute
+        from hero_eval.attribution import attribute
 
         ids = self.seen(recs, 50)
         pos = [a.score for a in attribute(m, ids)]
@@ -334,14 +334,14 @@ def _stock_processor(keys, warpers):
     import torch
     from transformers import LogitsProcessorList
 
-    from verifier.evaluation.baselines.synthid import WarpThenWatermark, synthid_config
+    from hero_eval.baselines.synthid import WarpThenWatermark, synthid_config
 
     wm = synthid_config(keys).construct_processor(vocab_size=0, device=torch.device("cpu"))
     return WarpThenWatermark(warpers or LogitsProcessorList(), wm)
 
 
 def _payload(sec, m, i: int) -> list[int]:
-    from verifier.evaluation.attribution import payload_for
+    from hero_eval.attribution import payload_for
 
     return payload_for(m, sec.r.cfg.seed, user_value(sec.r.cfg.seed, i))
 
@@ -396,7 +396,7 @@ def _natural_summary(recs: Sequence[dict], scores: Sequence[float] | None) -> di
 def _calibration(p: Sequence[float]) -> dict:
     """Null p-values: how many fall at or below 1e-2 and 1e-3, and a Kolmogorov-Smirnov test against
     Uniform(0, 1) (the binomial test is discrete and conservative: the KS p-value reads high)."""
-    from verifier.evaluation.attribution_eval import ks_uniform
+    from hero_eval.attribution_eval import ks_uniform
 
     n = len(p)
     if not n:

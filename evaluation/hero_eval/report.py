@@ -6,9 +6,9 @@ import json
 import math
 from pathlib import Path
 
-from verifier.evaluation import report_attribution, report_v3
-from verifier.evaluation.formatting import ci_text as _ci
-from verifier.evaluation.formatting import paired_values as _paired_values
+from hero_eval import report_attribution, report_v3
+from hero_eval.formatting import ci_text as _ci
+from hero_eval.formatting import paired_values as _paired_values
 
 FPRS = ("0.01", "0.005", "0.001", "0.0005")
 
@@ -419,7 +419,7 @@ def _hierarchy_panel(ax, hier: dict, t: str | None) -> None:
     ax.grid(alpha=0.3)
 
 
-def main(path: str) -> None:  # re-render: python -m verifier.evaluation.report docs/evaluation/results.json
+def main(path: str) -> None:  # re-render: python -m hero_eval.report docs/evaluation/results.json
     p = Path(path)
     write_report(json.loads(p.read_text()), p.parent)
 

@@ -43,7 +43,7 @@ class ChatPrompt:
 
 @functools.cache
 def _all() -> tuple[ChatPrompt, ...]:
-    text = resources.files("verifier.evaluation").joinpath("data/chat_prompts.jsonl").read_text(encoding="utf-8")
+    text = resources.files("hero_eval").joinpath("data/chat_prompts.jsonl").read_text(encoding="utf-8")
     return tuple(ChatPrompt(**json.loads(line)) for line in text.splitlines() if line.strip())
 
 

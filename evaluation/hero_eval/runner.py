@@ -19,16 +19,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from verifier.evaluation import (
+from hero_eval import (
     SECTIONS,
     attacks,
     metrics,
 )
-from verifier.evaluation.attribution import ATTR_METHODS
-from verifier.evaluation.generation import GenerationCache, generate_rows, slug
-from verifier.evaluation.methods import ALL_METHODS, UNWATERMARKED, Method, build_method
-from verifier.evaluation.perplexity import score_ppl
-from verifier.evaluation.sampling import T1
+from hero_eval.attribution import ATTR_METHODS
+from hero_eval.generation import GenerationCache, generate_rows, slug
+from hero_eval.methods import ALL_METHODS, UNWATERMARKED, Method, build_method
+from hero_eval.perplexity import score_ppl
+from hero_eval.sampling import T1
 
 FPRS = (1e-2, 5e-3, 1e-3, 5e-4)
 CORE = ("HeRo2(2,2)", "MPAC(2)", UNWATERMARKED, "BiMark(20)", "HeRo1(3)")
@@ -121,7 +121,7 @@ class Runner:
         self.log = log or sys.stderr  # looked up per run: a stream bound at import time may be closed since
         self.t0 = time.time()
         self.results: dict = {"config": asdict(cfg), "cells": {}, "skipped": [], "timings": {}}
-        from verifier.evaluation.corpus import bbc_prompts_and_humans, prompt_from_article
+        from hero_eval.corpus import bbc_prompts_and_humans, prompt_from_article
 
         n_max = max(cfg.prompts, cfg.small)
         arts, humans = bbc_prompts_and_humans(n_max, cfg.humans, cfg.seed)
@@ -245,11 +245,11 @@ class Runner:
                     raise
             self.save()
             if section == "chat" and cfg.out:
-                from verifier.evaluation.report_chat import write_chat_report
+                from hero_eval.report_chat import write_chat_report
 
                 write_chat_report(self.results, Path(cfg.out))
             elif not cfg.quick:
-                from verifier.evaluation.report import write_report
+                from hero_eval.report import write_report
 
                 write_report(self.results, Path(cfg.out))
         return self.results
@@ -427,12 +427,12 @@ class Runner:
         self.save()
 
     def section_chat(self) -> None:
-        from verifier.evaluation.chat import ChatSection
+        from hero_eval.chat import ChatSection
 
         ChatSection(self).run()
 
     def section_attribution(self) -> None:
-        from verifier.evaluation.attribution_section import AttributionSection
+        from hero_eval.attribution_section import AttributionSection
 
         AttributionSection(self).run()
 

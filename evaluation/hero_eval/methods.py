@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from hero_eval.baselines import MPAC, BiMark
 from verifier.engine.decoder import Decoder
 from verifier.engine.keys import KeySet, KeyTable, derive_table
 from verifier.engine.profile import Profile, make_profile
-from verifier.evaluation.baselines import MPAC, BiMark
 from verifier.provider.generation import HeroLogitsProcessor
 
 VOCAB = 49152
@@ -217,7 +217,7 @@ class SynthIDMethod(Method):
     applies_warpers = True  # it must run after temperature / top-k / top-p, as `generate` would run it
 
     def __init__(self, name: str, seed: int, salt: str = "", eos_token_id: int | None = None) -> None:
-        from verifier.evaluation.baselines.synthid import synthid_keys
+        from hero_eval.baselines.synthid import synthid_keys
 
         super().__init__(name, 0, [])
         self.keys = synthid_keys(seed, salt)
@@ -225,13 +225,13 @@ class SynthIDMethod(Method):
         self._detector = None
 
     def processor(self, payloads, seed, warpers=None):
-        from verifier.evaluation.baselines.synthid import processor_for
+        from hero_eval.baselines.synthid import processor_for
 
         return processor_for(self.keys, warpers)
 
     @property
     def detector(self):
-        from verifier.evaluation.baselines.synthid import SynthIDDetector
+        from hero_eval.baselines.synthid import SynthIDDetector
 
         if self._detector is None:
             self._detector = SynthIDDetector(self.keys, self.eos_token_id)

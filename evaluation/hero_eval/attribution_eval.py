@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from verifier.evaluation import attacks, metrics
-from verifier.evaluation.attribution import (
+from hero_eval import attacks, metrics
+from hero_eval.attribution import (
     Attribution,
     attribute,
     count_exact,
@@ -23,8 +23,8 @@ from verifier.evaluation.attribution import (
     model_truth,
     user_value,
 )
-from verifier.evaluation.methods import UNWATERMARKED, VOCAB, BaselineMethod, HeroMethod, Method, ModelAwareMethod
-from verifier.evaluation.splices import build_splices, classify
+from hero_eval.methods import UNWATERMARKED, VOCAB, BaselineMethod, HeroMethod, Method, ModelAwareMethod
+from hero_eval.splices import build_splices, classify
 
 PREFIXES = (25, 50, 100, 200)
 REPLACE = (0.1, 0.2)
@@ -38,7 +38,7 @@ V1_ENGINE_FILE = (
 
 
 def evaluate(sec) -> None:
-    from verifier.evaluation import attribution_extra
+    from hero_eval import attribution_extra
 
     r = sec.r
     out = r.results["cells"].setdefault("attribution", {})

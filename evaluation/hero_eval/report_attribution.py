@@ -200,8 +200,8 @@ def _setting(name: str, cell: dict) -> list[str]:
 
 
 def _ppl_and_detection(cell: dict, ms: list[tuple[str, dict]]) -> list[str]:
-    from verifier.evaluation.formatting import ci_text as _ci
-    from verifier.evaluation.formatting import paired_values as _paired_values
+    from hero_eval.formatting import ci_text as _ci
+    from hero_eval.formatting import paired_values as _paired_values
 
     vals = {n: c.get("gen_ppl") or [] for n, c in cell.items() if isinstance(c, dict) and c.get("gen_ppl")}
     paired = _paired_values(vals)

@@ -19,9 +19,9 @@ import torch
 from tqdm import tqdm
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from verifier.evaluation.methods import Method
-from verifier.evaluation.perplexity import EntropyRecorder, LogProbRecorder, ppl_from_logprobs
-from verifier.evaluation.sampling import NEUTRAL, T1, Sampling
+from hero_eval.methods import Method
+from hero_eval.perplexity import EntropyRecorder, LogProbRecorder, ppl_from_logprobs
+from hero_eval.sampling import NEUTRAL, T1, Sampling
 
 PayloadFn = Callable[[int], list[int]]
 

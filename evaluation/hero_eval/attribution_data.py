@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpu.opening import OPENING_NATS
-from verifier.evaluation.attribution import SCHEME, payload_for, user_value
-from verifier.evaluation.methods import UNWATERMARKED, HeroMethod, Method
-from verifier.evaluation.sampling import Sampling
+from hero_eval.attribution import SCHEME, payload_for, user_value
+from hero_eval.methods import UNWATERMARKED, HeroMethod, Method
+from hero_eval.sampling import Sampling
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ import time
 import numpy as np
 import torch
 
+from hero_eval import collusion as col
+from hero_eval import metrics
+from hero_eval.attribution import attribute
+from hero_eval.methods import BaselineMethod, HeroMethod, ModelAwareMethod
+from hero_eval.sampling import COLLUSION_SETTING
+from hero_eval.splices import classify, splice_ids
 from verifier.engine.decoder import Decoder
-from verifier.evaluation import collusion as col
-from verifier.evaluation import metrics
-from verifier.evaluation.attribution import attribute
-from verifier.evaluation.methods import BaselineMethod, HeroMethod, ModelAwareMethod
-from verifier.evaluation.sampling import COLLUSION_SETTING
-from verifier.evaluation.splices import classify, splice_ids
 
 
 def _mean_ci(values) -> dict:

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from transformers import LogitsProcessor
 
-from verifier.evaluation.baselines.common import BaselineDecode, hash2, key_int, pad_ids
+from hero_eval.baselines.common import BaselineDecode, hash2, key_int, pad_ids
 
 
 class BiMark:

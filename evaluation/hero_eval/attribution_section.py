@@ -5,10 +5,10 @@ Generation first (resumable, in priority order), then the measurements, each int
 
 from __future__ import annotations
 
-from verifier.evaluation.attribution import build_attr_method
-from verifier.evaluation.attribution_data import AttributionData, DataPlan
-from verifier.evaluation.methods import UNWATERMARKED, ModelAwareMethod
-from verifier.evaluation.sampling import COLLUSION_SETTING, SETTINGS
+from hero_eval.attribution import build_attr_method
+from hero_eval.attribution_data import AttributionData, DataPlan
+from hero_eval.methods import UNWATERMARKED, ModelAwareMethod
+from hero_eval.sampling import COLLUSION_SETTING, SETTINGS
 
 ROUND = 50  # prompts per generation round (a multiple of the batch size keeps batch seeds fixed)
 
@@ -90,6 +90,6 @@ class AttributionSection:
             self.generate_all()
         if self.r.cfg.generate_only:
             return
-        from verifier.evaluation import attribution_eval
+        from hero_eval import attribution_eval
 
         attribution_eval.evaluate(self)

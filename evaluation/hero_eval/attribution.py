@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from verifier.engine.profile import Profile, profile_from_dict, v3_profile
-from verifier.evaluation.generation import slug
-from verifier.evaluation.methods import (
+from hero_eval.generation import slug
+from hero_eval.methods import (
     UNWATERMARKED,
     BaselineMethod,
     HeroMethod,
@@ -32,6 +31,7 @@ from verifier.evaluation.methods import (
     _bits_to_int,
     build_method,
 )
+from verifier.engine.profile import Profile, profile_from_dict, v3_profile
 
 USER_BITS = 12
 MODEL_BITS = 12
@@ -163,7 +163,7 @@ def attribute(method: Method | ModelAwareMethod, ids: Sequence[Sequence[int]]) -
 
 
 def _hero(profile: Profile, decoder, ids: Sequence[Sequence[int]]) -> list[Attribution]:
-    from verifier.evaluation.methods import _decode_safe
+    from hero_eval.methods import _decode_safe
 
     lv = profile.field_level("user")
     mlv = profile.field_level("model")

@@ -1,5 +1,6 @@
-"""hero-bundle-1 (unsigned: opened only with allow_unsigned): the frozen vector, sealing/opening with real profiles, and
-every way a bundle must fail."""
+"""hero-bundle-1 (unsigned: opened only with allow_unsigned; no longer issued, so the tests seal their own with
+tests/vectors/make_bundle_vector.py): the frozen vector, opening with real profiles, and every way a bundle must
+fail."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from tests.helpers.keys import make_keyset
+from tests.vectors.make_bundle_vector import seal as seal_v1
 from verifier.engine.keys import KeySet
 from verifier.engine.profile import default_profile, v1_profile
 from verifier.provider import BundleError, BundleExpired, generate_keypair, read_header
 from verifier.provider import open_bundle as _open
-from verifier.provider.bundle import encode_tables, parse_public_key, public_key_of, seal_bundle
+from verifier.provider.bundle import encode_tables, parse_public_key, public_key_of
 
 VECTOR = json.loads((Path(__file__).parents[1] / "vectors" / "bundle_v1.json").read_text())
 
@@ -83,7 +85,7 @@ def test_round_trip_carries_every_level_at_the_profile_size(make_profile):
     profile = make_profile()
     keyset = make_keyset(profile, seed=3)
     sk, pk = generate_keypair()
-    bundle = seal_bundle(_header(profile, keyset), keyset, pk)
+    bundle = seal_v1(_header(profile, keyset), keyset, pk)
     opened = open_bundle(base64.b64encode(bundle).decode(), sk)
     assert opened.profile == profile
     assert [len(t.entries) for t in opened.keyset.tables] == [1 << lv.key_bits for lv in profile.levels]
@@ -100,7 +102,7 @@ def sealed():
     profile = default_profile()
     keyset = make_keyset(profile)
     sk, pk = generate_keypair()
-    return profile, keyset, sk, seal_bundle(_header(profile, keyset), keyset, pk)
+    return profile, keyset, sk, seal_v1(_header(profile, keyset), keyset, pk)
 
 
 def test_wrong_private_key_does_not_open(sealed):
@@ -143,7 +145,7 @@ def test_truncated_garbage_and_expired(sealed):
             open_bundle(junk, sk)
     past = datetime.now(UTC) - timedelta(seconds=1)
     pk = public_key_of(sk)
-    old = seal_bundle(_header(profile, keyset, expires=past), keyset, pk)
+    old = seal_v1(_header(profile, keyset, expires=past), keyset, pk)
     with pytest.raises(BundleExpired):
         open_bundle(old, sk)
     assert open_bundle(old, sk, allow_expired=True).expired()
@@ -157,11 +159,11 @@ def test_tables_must_match_the_profile(sealed):
     pk = public_key_of(sk)
     short = KeySet((keyset.tables[0], type(keyset.tables[1])(2, "l2-v0", keyset.tables[1].entries[:4])))
     with pytest.raises(BundleError, match=f"needs {1 << profile.levels[1].key_bits}"):
-        open_bundle(seal_bundle(_header(profile, short), short, pk), sk)
+        open_bundle(seal_v1(_header(profile, short), short, pk), sk)
     hdr = _header(profile, keyset)
     hdr["key_versions"] = {"1": "l1-v0", "2": "l2-v7"}
     with pytest.raises(BundleError, match="key_versions"):
-        open_bundle(seal_bundle(hdr, keyset, pk), sk)
+        open_bundle(seal_v1(hdr, keyset, pk), sk)
 
 
 def test_public_key_parsing():

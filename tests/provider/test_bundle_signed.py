@@ -20,10 +20,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.helpers import bundles
 from tests.helpers.keys import make_keyset
+from tests.vectors.make_bundle_v2_vector import seal as seal_v2
+from tests.vectors.make_bundle_vector import seal as seal_v1
 from verifier.audit.transparency import raw_public, verifier_key
 from verifier.engine.profile import default_profile
 from verifier.provider import BundleError, BundleSource, generate_keypair, open_bundle, read_header
-from verifier.provider.bundle import canonical_header, seal_bundle, seal_bundle_v2, service_keys
+from verifier.provider.bundle import canonical_header, service_keys
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +53,10 @@ def _attacker_forgeries(profile, pk) -> dict[str, bytes]:
     new_hdr = canonical_header(h)
     renamed = as_service[:4] + struct.pack(">I", len(new_hdr)) + new_hdr + as_service[8 + hlen :]
     return {
-        "v1 any provider": seal_bundle(hdr, evil, pk),
-        "v1 own provider": seal_bundle(own, evil, pk),
-        "v2 any provider": seal_bundle_v2(hdr, evil, pk),
-        "v2 own provider": seal_bundle_v2(own, evil, pk),
+        "v1 any provider": seal_v1(hdr, evil, pk),
+        "v1 own provider": seal_v1(own, evil, pk),
+        "v2 any provider": seal_v2(hdr, evil, pk),
+        "v2 own provider": seal_v2(own, evil, pk),
         "v3 attacker key": as_attacker,
         "v3 attacker key, service origin": as_service,
         "v3 attacker signature, service key id": renamed,
@@ -123,7 +125,7 @@ def test_forged_bundles_are_refused(setup, name):
 
 def test_unsigned_formats_open_only_when_explicitly_allowed(setup):
     profile, keyset, sk, pk = setup
-    v1 = seal_bundle(bundles.header(profile, keyset), keyset, pk)
+    v1 = seal_v1(bundles.header(profile, keyset), keyset, pk)
     with pytest.raises(BundleError, match=r"unsigned bundle \(hero-bundle-1\) refused"):
         bundles.open_signed(v1, sk)
     with pytest.raises(BundleError, match="service_key is required"):
@@ -196,7 +198,7 @@ def test_bundle_source_installs_only_signed_bundles_for_itself(setup):
 
 def test_bundle_source_needs_a_pinned_key_and_refuses_v1_unless_allowed(setup):
     profile, keyset, sk, pk = setup
-    v1 = seal_bundle(bundles.header(profile, keyset), keyset, pk)
+    v1 = seal_v1(bundles.header(profile, keyset), keyset, pk)
     with pytest.raises(BundleError, match="service_key is required"):
         _source(v1, sk, service_key=None)
     with pytest.raises(BundleError, match="unsigned bundle"):

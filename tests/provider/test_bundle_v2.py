@@ -1,7 +1,8 @@
 """hero-bundle-2 (RFC 9180 HPKE from `cryptography`): the frozen vector reproduced and opened by plain
 `cryptography` calls following docs/providers.md, the library's bundles opened the same way, the hybrid
-ML-KEM-768 + X25519 suite, and the ways a bundle must fail. hero-bundle-1 opens when asked (test_bundle.py);
-the signed hero-bundle-3: test_bundle_signed.py."""
+ML-KEM-768 + X25519 suite, and the ways a bundle must fail. No longer issued: the tests seal their own
+(tests/vectors/make_bundle_v2_vector.py `seal`). hero-bundle-1 opens when asked (test_bundle.py); the signed
+hero-bundle-3: test_bundle_signed.py (its HPKE part opens by the written spec here)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ import pytest
 from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
+from tests.helpers import bundles
 from tests.helpers.keys import make_keyset
 from tests.provider.test_bundle import _header
 from tests.vectors import rfc9180
+from tests.vectors.make_bundle_v2_vector import seal as seal_v2
+from tests.vectors.make_bundle_vector import seal as seal_v1
 from verifier.engine.profile import default_profile
 from verifier.provider import BundleError, generate_keypair, read_header
 from verifier.provider import open_bundle as _open
-from verifier.provider.bundle import encode_tables, parse_public_key, public_key_of, seal_bundle, seal_bundle_v2
+from verifier.provider.bundle import encode_tables, parse_public_key, public_key_of
 
 VECTOR = json.loads((Path(__file__).parents[1] / "vectors" / "bundle_v2.json").read_text())
 
@@ -72,14 +76,19 @@ def test_vector_opens_by_plain_cryptography_calls_and_by_the_sdk():
     assert read_header(exp["bundle_b64"])["bundle_id"] == v["header"]["bundle_id"]
 
 
-def test_sdk_bundles_open_by_the_written_spec():
+def test_service_bundles_open_by_the_written_spec():
+    """What the service issues (`hero-bundle-3`: v2's HPKE seal under its own `info`, then the signature) opens
+    with the RFC written out, as docs/providers.md describes it."""
     profile = default_profile()
     keyset = make_keyset(profile, seed=3)
     sk, pk = generate_keypair()
-    raw = seal_bundle_v2(_header(profile, keyset), keyset, pk)
-    _, prefix, sealed = _split(raw)
-    assert rfc9180.open_(sk, _info(prefix), sealed) == encode_tables(keyset)
-    assert seal_bundle_v2(_header(profile, keyset), keyset, pk) != raw  # a fresh ephemeral key each time
+    raw = bundles.signed(_header(profile, keyset), keyset, pk)
+    assert raw[:4] == b"HRB3"
+    (hlen,) = struct.unpack(">I", raw[4:8])
+    prefix, sealed = raw[: 8 + hlen], raw[8 + hlen : -64]
+    info = b"HeRo generation bundle v3\x00" + hashlib.sha256(prefix).digest()
+    assert rfc9180.open_(sk, info, sealed) == encode_tables(keyset)
+    assert bundles.signed(_header(profile, keyset), keyset, pk)[8 + hlen : -64] != sealed  # a fresh ephemeral key
 
 
 def test_hybrid_mlkem768_x25519_round_trip_and_plain_decrypt():
@@ -88,7 +97,7 @@ def test_hybrid_mlkem768_x25519_round_trip_and_plain_decrypt():
     sk, pk = generate_keypair("mlkem768-x25519")
     assert (len(sk), len(pk)) == (96, 1216) and public_key_of(sk) == pk
     assert parse_public_key(base64.b64encode(pk).decode(), "mlkem768-x25519") == pk
-    raw = seal_bundle_v2(_header(profile, keyset), keyset, pk, key_type="mlkem768-x25519")
+    raw = seal_v2(_header(profile, keyset), keyset, pk, key_type="mlkem768-x25519")
     header, prefix, sealed = _split(raw)
     assert header["key_type"] == "mlkem768-x25519" and header["kem"] == "MLKEM768-X25519"
     assert len(sealed) == hpke.KEM.MLKEM768_X25519.enc_length() + len(encode_tables(keyset)) + 16
@@ -110,7 +119,7 @@ def test_altered_bundle_header_or_ciphertext_does_not_open():
     profile = default_profile()
     keyset = make_keyset(profile, seed=7)
     sk, pk = generate_keypair()
-    raw = seal_bundle_v2(_header(profile, keyset), keyset, pk)
+    raw = seal_v2(_header(profile, keyset), keyset, pk)
     header, prefix, _ = _split(raw)
     forged = json.dumps({**header, "expires_at": "2199-01-01T00:00:00+00:00"}, sort_keys=True,
                         separators=(",", ":")).encode()
@@ -124,8 +133,6 @@ def test_altered_bundle_header_or_ciphertext_does_not_open():
         with pytest.raises(BundleError):
             open_bundle(bad, sk)
     with pytest.raises(BundleError):
-        seal_bundle_v2(_header(profile, keyset), keyset, pk, key_type="rsa")
-    with pytest.raises(BundleError):
         parse_public_key(base64.b64encode(b"\0" * 1216).decode(), "mlkem768-x25519")
 
 
@@ -133,7 +140,7 @@ def test_bundle_v1_still_opens_next_to_v2():
     profile = default_profile()
     keyset = make_keyset(profile, seed=9)
     sk, pk = generate_keypair()
-    v1 = seal_bundle(_header(profile, keyset), keyset, pk)
+    v1 = seal_v1(_header(profile, keyset), keyset, pk)
     assert read_header(v1)["format"] == "hero-bundle-1"
-    assert open_bundle(v1, sk).key_versions == open_bundle(seal_bundle_v2(_header(profile, keyset), keyset, pk),
+    assert open_bundle(v1, sk).key_versions == open_bundle(seal_v2(_header(profile, keyset), keyset, pk),
                                                            sk).key_versions

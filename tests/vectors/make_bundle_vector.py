@@ -1,4 +1,5 @@
-"""Writes tests/vectors/bundle_v1.json: a `hero-bundle-1` sealed with a fixed ephemeral key and nonce.
+"""Writes tests/vectors/bundle_v1.json: a `hero-bundle-1` sealed with a fixed ephemeral key and nonce; `seal` makes
+the `hero-bundle-1` bundles of the tests (the service no longer issues them; the SDK still opens them when asked).
 
     python tests/vectors/make_bundle_vector.py   # only when the format changes on purpose (then bump it)
 """
@@ -8,11 +9,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import struct
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from verifier.engine.keys import KeySet, derive_level_table
 from verifier.engine.profile import profile_from_dict
-from verifier.provider.bundle import encode_tables, public_key_of, seal_bundle
+from verifier.provider.bundle import encode_tables, public_key_of
 
 OUT = Path(__file__).with_name("bundle_v1.json")
 
@@ -24,6 +34,22 @@ PROFILE = {
         {"bits": 2, "encoding": "value", "fields": [{"name": "user", "bits": 4}]},
     ],
 }
+
+
+def seal(header: Mapping[str, Any], keyset: KeySet, recipient_public: bytes, *, ephemeral_private: bytes | None = None,
+         nonce: bytes | None = None) -> bytes:
+    """A `hero-bundle-1` of `keyset` to `recipient_public`, as docs/providers.md writes the format (fresh
+    ephemeral key and nonce unless given): X25519, HKDF-SHA256, AES-256-GCM over everything before the
+    ciphertext."""
+    eph = X25519PrivateKey.from_private_bytes(ephemeral_private) if ephemeral_private else X25519PrivateKey.generate()
+    nonce = nonce if nonce is not None else os.urandom(12)
+    enc = eph.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    shared = eph.exchange(X25519PublicKey.from_public_bytes(recipient_public))
+    key = HKDF(hashes.SHA256(), 32, salt=enc + recipient_public, info=b"HeRo generation bundle v1").derive(shared)
+    hdr = json.dumps({**header, "format": "hero-bundle-1", "alg": "X25519-HKDF-SHA256-AES256GCM"}, sort_keys=True,
+                     separators=(",", ":"), ensure_ascii=True).encode()
+    prefix = b"HRB1" + struct.pack(">I", len(hdr)) + hdr + enc + nonce
+    return prefix + AESGCM(key).encrypt(nonce, encode_tables(keyset), prefix)
 
 
 def inputs() -> dict:
@@ -49,8 +75,8 @@ def build(v: dict) -> dict:
         for lv in (1, 2)
     ))
     recipient_public = public_key_of(bytes.fromhex(v["recipient_private"]))
-    bundle = seal_bundle(v["header"], keyset, recipient_public,
-                         ephemeral_private=bytes.fromhex(v["ephemeral_private"]), nonce=bytes.fromhex(v["nonce"]))
+    bundle = seal(v["header"], keyset, recipient_public,
+                  ephemeral_private=bytes.fromhex(v["ephemeral_private"]), nonce=bytes.fromhex(v["nonce"]))
     return {
         "recipient_public": recipient_public.hex(),
         "ephemeral_public": public_key_of(bytes.fromhex(v["ephemeral_private"])).hex(),

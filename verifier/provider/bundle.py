@@ -1,5 +1,5 @@
-"""Sealed, signed generation-key bundles (format `hero-bundle-3`; `hero-bundle-2` and `-1` unsigned, opened only
-when asked: docs/providers.md): one module for both sides.
+"""Sealed, signed generation-key bundles (format `hero-bundle-3`; `hero-bundle-2` and `-1` unsigned, no longer
+issued and only opened, when asked: docs/providers.md): one module for both sides.
 
 The service seals the active key table of every level to a provider's registered public key and signs the
 whole bundle with its transparency-log key (Ed25519, the key `GET /v1/audit/public-key` names); the provider
@@ -39,7 +39,6 @@ import base64
 import binascii
 import hashlib
 import json
-import os
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -105,10 +104,6 @@ def public_key_of(private_key: bytes) -> bytes:
         return hpke_keys.public_of(bytes(private_key))
     except ValueError as exc:
         raise BundleError(str(exc)) from None
-
-
-def _raw_private(sk: X25519PrivateKey) -> bytes:
-    return sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
 
 
 def _raw_public(pk: X25519PublicKey) -> bytes:
@@ -208,53 +203,6 @@ def decode_tables(data: bytes) -> KeySet:
     return KeySet(tuple(tables))
 
 
-# -- sealing -------------------------------------------------------------------------------------
-def seal_bundle(
-    header: Mapping[str, Any],
-    keyset: KeySet,
-    recipient_public: bytes,
-    *,
-    ephemeral_private: bytes | None = None,
-    nonce: bytes | None = None,
-) -> bytes:
-    """The sealed bundle bytes. `ephemeral_private` / `nonce` are for test vectors only (fresh otherwise)."""
-    eph = _private(ephemeral_private) if ephemeral_private is not None else X25519PrivateKey.generate()
-    nonce = nonce if nonce is not None else os.urandom(NONCE_BYTES)
-    if len(nonce) != NONCE_BYTES:
-        raise BundleError("nonce must be 12 bytes")
-    recipient = parse_public_key(recipient_public)
-    enc = _raw_public(eph.public_key())
-    key = _derive_key(eph.exchange(X25519PublicKey.from_public_bytes(recipient)), enc, recipient)
-    hdr = canonical_header({**header, "format": FORMAT, "alg": ALG})
-    if len(hdr) > MAX_HEADER_BYTES:
-        raise BundleError("bundle header is too large")
-    prefix = MAGIC + struct.pack(">I", len(hdr)) + hdr + enc + nonce
-    return prefix + AESGCM(key).encrypt(nonce, encode_tables(keyset), prefix)
-
-
-def seal_bundle_v2(header: Mapping[str, Any], keyset: KeySet, recipient_public: bytes,
-                   key_type: str = "x25519") -> bytes:
-    """`hero-bundle-2`: the tables sealed with RFC 9180 HPKE to `recipient_public` (of `key_type`)."""
-    try:
-        kt = hpke_keys.key_type(key_type)
-    except ValueError as exc:
-        raise BundleError(str(exc)) from None
-    hdr = canonical_header({**header, "format": FORMAT2, "key_type": kt.name, "kem": kt.kem_name,
-                            "kdf": hpke_keys.KDF_NAME, "aead": hpke_keys.AEAD_NAME})
-    if len(hdr) > MAX_HEADER_BYTES:
-        raise BundleError("bundle header is too large")
-    prefix = MAGIC2 + struct.pack(">I", len(hdr)) + hdr
-    try:
-        return prefix + hpke_keys.seal(kt.name, recipient_public, encode_tables(keyset), info_v2(prefix))
-    except ValueError as exc:
-        raise BundleError(f"recipient key: {exc}") from None
-
-
-def info_v2(prefix: bytes) -> bytes:
-    """HPKE `info` of a `hero-bundle-2`: binds magic, header length and header (`prefix`)."""
-    return INFO2_LABEL + hashlib.sha256(prefix).digest()
-
-
 # -- hero-bundle-3: signed by the service -------------------------------------------------------------
 class PinnedKey(Protocol):
     """A signed-note verifier key (C2SP): `ServiceKey` here, `verifier.audit.transparency.NoteVerifier` too."""
@@ -343,36 +291,19 @@ def seal_bundle_v3(header: Mapping[str, Any], keyset: KeySet, recipient_public: 
         raise BundleError("bundle header is too large")
     prefix = MAGIC3 + struct.pack(">I", len(hdr)) + hdr
     try:
-        body = prefix + hpke_keys.seal(kt.name, recipient_public, encode_tables(keyset), _info_v3(prefix))
+        body = prefix + hpke_keys.seal(kt.name, recipient_public, encode_tables(keyset), _info(INFO3_LABEL, prefix))
     except ValueError as exc:
         raise BundleError(f"recipient key: {exc}") from None
     return body + signing_key.sign(_signed_v3(body))
 
 
-def _info_v3(prefix: bytes) -> bytes:
-    return INFO3_LABEL + hashlib.sha256(prefix).digest()
+def _info(label: bytes, prefix: bytes) -> bytes:
+    """HPKE `info` of a `hero-bundle-2` / `-3`: binds magic, header length and header (`prefix`) under its label."""
+    return label + hashlib.sha256(prefix).digest()
 
 
 def _signed_v3(body: bytes) -> bytes:
     return SIG3_LABEL + hashlib.sha256(body).digest()
-
-
-def _split_v3(raw: bytes) -> tuple[dict[str, Any], bytes, bytes, bytes]:
-    """(header, prefix, enc || ciphertext, signature) of a `hero-bundle-3`; nothing here is authenticated yet."""
-    (hlen,) = struct.unpack_from(">I", raw, 4) if len(raw) >= 8 else (None,)
-    if hlen is None or hlen > MAX_HEADER_BYTES or len(raw) < 8 + hlen + X25519_BYTES + 16 + SIG_BYTES:
-        raise BundleError("bundle is truncated")
-    prefix = raw[: 8 + hlen]
-    try:
-        header = json.loads(raw[8 : 8 + hlen])
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise BundleError("bundle header is not JSON") from None
-    kt = hpke_keys.KEY_TYPES.get(header.get("key_type")) if isinstance(header, dict) else None
-    if (kt is None or header.get("format") != FORMAT3 or header.get("kem") != kt.kem_name
-            or header.get("kdf") != hpke_keys.KDF_NAME or header.get("aead") != hpke_keys.AEAD_NAME
-            or header.get("sig") != SIG_ALG or not isinstance(header.get("signer"), str)):
-        raise BundleError(f"unsupported bundle format (expected {FORMAT3} with a known suite)")
-    return header, prefix, raw[8 + hlen : -SIG_BYTES], raw[-SIG_BYTES:]
 
 
 def _verify_v3(raw: bytes, header: dict[str, Any], signature: bytes, pinned: tuple[PinnedKey, ...]) -> None:
@@ -390,29 +321,38 @@ def _verify_v3(raw: bytes, header: dict[str, Any], signature: bytes, pinned: tup
                       "or altered")
 
 
-def _split_v2(raw: bytes) -> tuple[dict[str, Any], bytes, bytes]:
-    """(header, prefix, enc || ciphertext) of a `hero-bundle-2`."""
+def _prefix(raw: bytes, after: int) -> tuple[Any, bytes]:
+    """The header (parsed JSON, neither checked nor authenticated) and the prefix magic || u32be(len) || header
+    of a bundle of any format, `after` bytes at least following the header."""
     (hlen,) = struct.unpack_from(">I", raw, 4) if len(raw) >= 8 else (None,)
-    if hlen is None or hlen > MAX_HEADER_BYTES or len(raw) < 8 + hlen + X25519_BYTES + 16:
+    if hlen is None or hlen > MAX_HEADER_BYTES or len(raw) < 8 + hlen + after:
         raise BundleError("bundle is truncated")
-    prefix = raw[: 8 + hlen]
     try:
-        header = json.loads(raw[8 : 8 + hlen])
+        return json.loads(raw[8 : 8 + hlen]), raw[: 8 + hlen]
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise BundleError("bundle header is not JSON") from None
+
+
+def _split_hpke(raw: bytes, fmt: str) -> tuple[dict[str, Any], bytes, bytes, bytes]:
+    """(header, prefix, enc || ciphertext, signature) of a `hero-bundle-2` or `-3` (`fmt`; a v2 has no signature:
+    b""), its header naming `fmt` and a known suite; nothing here is authenticated yet."""
+    signed = fmt == FORMAT3
+    header, prefix = _prefix(raw, X25519_BYTES + 16 + (SIG_BYTES if signed else 0))
     kt = hpke_keys.KEY_TYPES.get(header.get("key_type")) if isinstance(header, dict) else None
-    if (kt is None or header.get("format") != FORMAT2 or header.get("kem") != kt.kem_name
-            or header.get("kdf") != hpke_keys.KDF_NAME or header.get("aead") != hpke_keys.AEAD_NAME):
-        raise BundleError(f"unsupported bundle format (expected {FORMAT2} with a known suite)")
-    return header, prefix, raw[8 + hlen :]
+    if (kt is None or header.get("format") != fmt or header.get("kem") != kt.kem_name
+            or header.get("kdf") != hpke_keys.KDF_NAME or header.get("aead") != hpke_keys.AEAD_NAME
+            or (signed and (header.get("sig") != SIG_ALG or not isinstance(header.get("signer"), str)))):
+        raise BundleError(f"unsupported bundle format (expected {fmt} with a known suite)")
+    sealed = raw[len(prefix) :]
+    return (header, prefix, sealed[:-SIG_BYTES], sealed[-SIG_BYTES:]) if signed else (header, prefix, sealed, b"")
 
 
 def read_header(bundle: str | bytes) -> dict[str, Any]:
     """The header, unauthenticated (for routing and display): trust it only after `open_bundle`."""
     raw = _as_bytes(bundle)
-    if raw[:4] == MAGIC3:
-        return _split_v3(raw)[0]
-    return _split_v2(raw)[0] if raw[:4] == MAGIC2 else _split(raw)[0]
+    if raw[:4] in (MAGIC2, MAGIC3):
+        return _split_hpke(raw, FORMAT3 if raw[:4] == MAGIC3 else FORMAT2)[0]
+    return _split(raw)[0]
 
 
 def _as_bytes(bundle: str | bytes) -> bytes:
@@ -426,19 +366,13 @@ def _as_bytes(bundle: str | bytes) -> bytes:
 
 
 def _split(raw: bytes) -> tuple[dict[str, Any], bytes, bytes, bytes, bytes]:
+    """(header, enc, nonce, aad, ciphertext) of a `hero-bundle-1`."""
     if raw[:4] != MAGIC or len(raw) < 8:
         raise BundleError("not a HeRo generation bundle (bad magic)")
-    (hlen,) = struct.unpack_from(">I", raw, 4)
-    if hlen > MAX_HEADER_BYTES or len(raw) < 8 + hlen + X25519_BYTES + NONCE_BYTES + 16:
-        raise BundleError("bundle is truncated")
-    hdr = raw[8 : 8 + hlen]
-    try:
-        header = json.loads(hdr)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise BundleError("bundle header is not JSON") from None
+    header, prefix = _prefix(raw, X25519_BYTES + NONCE_BYTES + 16)
     if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("alg") != ALG:
         raise BundleError(f"unsupported bundle format (expected {FORMAT}, {ALG})")
-    i = 8 + hlen
+    i = len(prefix)
     enc = raw[i : i + X25519_BYTES]
     nonce = raw[i + X25519_BYTES : i + X25519_BYTES + NONCE_BYTES]
     split = i + X25519_BYTES + NONCE_BYTES
@@ -516,9 +450,9 @@ def open_bundle(
     if raw[:4] == MAGIC3:
         if service_key is None:
             raise BundleError("service_key is required: a bundle is only trusted when the service's signature checks")
-        header, prefix, sealed, signature = _split_v3(raw)
+        header, prefix, sealed, signature = _split_hpke(raw, FORMAT3)
         _verify_v3(raw, header, signature, service_keys(service_key))
-        header, plaintext = _open_hpke(header, prefix, sealed, private_key, _info_v3(prefix))
+        header, plaintext = _open_hpke(header, prefix, sealed, private_key, _info(INFO3_LABEL, prefix))
     elif not allow_unsigned:
         fmt = FORMAT2 if raw[:4] == MAGIC2 else FORMAT if raw[:4] == MAGIC else "unknown"
         raise BundleError(f"unsigned bundle ({fmt}) refused: only a {FORMAT3} signed by the pinned service key is "
@@ -552,8 +486,8 @@ def open_bundle(
 
 
 def _open_v2(raw: bytes, private_key: bytes) -> tuple[dict[str, Any], bytes]:
-    header, prefix, sealed = _split_v2(raw)
-    return _open_hpke(header, prefix, sealed, private_key, info_v2(prefix))
+    header, prefix, sealed, _ = _split_hpke(raw, FORMAT2)
+    return _open_hpke(header, prefix, sealed, private_key, _info(INFO2_LABEL, prefix))
 
 
 def _open_hpke(header: dict[str, Any], prefix: bytes, sealed: bytes, private_key: bytes,

@@ -197,6 +197,7 @@ def test_model_aware_method_reads_prefixes_from_the_whole_texts_lm_pass(tmp_path
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow  # a real `hero eval --quick`: minutes on two cores
 def test_hero_eval_quick_end_to_end(hero_home):
     from verifier.cli import build_parser
 

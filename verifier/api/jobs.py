@@ -68,7 +68,7 @@ _KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
 
 def _replay(ctx: ServiceContext, p: Principal, key: str, digest: str, response: Response) -> dict | None:
     """The job this caller made with `key`, if any (409 when it was made by another request)."""
-    found = jobs.job_for_key(ctx.db, (p.iss, p.sub, p.role), key)
+    found = jobs.job_for_key(ctx.db, jobs.owner_key(p), key)
     if found is None:
         return None
     job_id, made_by = found
@@ -138,13 +138,22 @@ def status(
     results: Annotated[bool, Query(description="false: status only, no results (and no `jobs.read` event); "
                                    "large jobs read results through /v1/jobs/{job_id}/results")] = True,
 ) -> dict:
+    return _found(jobs.read_job(ctx.db, _job_id(job_id), p, ctx.signer, ctx.settings.checkpoint_interval_seconds,
+                                results=results))
+
+
+def _job_id(job_id: str) -> str:
+    """The path's job id in canonical form; anything that is not a UUID names no job (404)."""
     try:
-        job_id = str(uuid.UUID(job_id))
+        return str(uuid.UUID(job_id))
     except ValueError:
         raise NotFound("no such job") from None
-    doc = jobs.read_job(ctx.db, job_id, p, ctx.signer, ctx.settings.checkpoint_interval_seconds, results=results)
+
+
+def _found(doc: dict | None) -> dict:
+    """The job's document; None (unknown, or not the caller's: the same answer) is a 404."""
     if doc is None:
-        raise NotFound("no such job")  # unknown, or not the caller's: the same answer
+        raise NotFound("no such job")
     return doc
 
 
@@ -173,25 +182,17 @@ def results(
     cursor: Annotated[str | None, Query(max_length=12, description="`next_cursor` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = RESULTS_PAGE,
 ):
-    try:
-        job_id = str(uuid.UUID(job_id))
-    except ValueError:
-        raise NotFound("no such job") from None
+    job_id = _job_id(job_id)
     # ASCII digits only: str.isdigit() also accepts "²" (which int() refuses: a 500) and Arabic-Indic digits
     if cursor is not None and not (cursor.isascii() and cursor.isdigit()):
         raise BadRequest("cursor: not a cursor this service made (ASCII digits, the `next_cursor` of a page)")
     start = int(cursor or 0)
     interval = ctx.settings.checkpoint_interval_seconds
+    # The stream too reads (and audits, its receipt kept for the trailer) the first page before the answer starts,
+    # so a missing job or one not done is a 404 / 409, not a broken stream.
+    first = _found(jobs.read_results(ctx.db, job_id, p, start, limit, ctx.signer, interval))
     if NDJSON not in request.headers.get("accept", ""):
-        doc = jobs.read_results(ctx.db, job_id, p, start, limit, ctx.signer, interval)
-        if doc is None:
-            raise NotFound("no such job")
-        return doc
-    # The stream: the first page is read (and audited, its receipt kept for the trailer) before the answer
-    # starts, so a missing job or one not done is a 404 / 409, not a broken stream.
-    first = jobs.read_results(ctx.db, job_id, p, start, limit, ctx.signer, interval)
-    if first is None:
-        raise NotFound("no such job")
+        return first
     return StreamingResponse(_ndjson(ctx, p, job_id, first, limit), media_type=NDJSON)
 
 

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from verifier.audit import merkle
 from verifier.audit.service import AuditEvent, AuditUnavailable, append, append_or_fail, text_digest
@@ -31,6 +32,9 @@ from verifier.jobs.models import JobRow
 from verifier.jobs.repository import FINAL, ItemRef
 from verifier.keys.crypto import decrypt, encrypt, new_data_key, open_data_key
 from verifier.keys.kek import KekProvider
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 
 def _job_aad(job_id: str) -> bytes:
@@ -271,11 +275,9 @@ def read_results(
     Every page is audited (`jobs.read`, naming the range) and carries that event's receipt; `receipt=False`
     (the NDJSON stream's later pages) appends the event only. A job not done yet: Conflict (409)."""
     with db.session() as s:
-        owner = repo.owner_of(s, job_id)
-        if owner is None or not may_read(owner, reader):
+        job = _readable(s, job_id, reader)
+        if job is None:
             return None
-        job = s.get(JobRow, job_id)
-        assert job is not None
         if job.status != "done":
             raise Conflict(f"job is {job.status}: results are read once it is done")
         if start > job.total:
@@ -283,17 +285,10 @@ def read_results(
         rows = repo.results_page(s, job_id, start, limit)
         results = [{"index": idx, **json.loads(r)} for idx, r in rows]  # type: ignore[arg-type]
         end = start + len(results)
-        event = AuditEvent.of(reader.actor, "jobs.read", range(1, job.max_level + 1),
-                              detail=f"job {job_id}: results {start}..{end - 1} of {job.total}")
-        appended = append_or_fail(s, [event])
-        doc: dict = {"job_id": job_id, "total": job.total, "results": results,
-                     "next_cursor": str(end) if end < job.total else None, "receipt": None}
-        if receipt and signer is not None:
-            try:
-                doc["receipt"] = merkle.receipts(s, signer, appended, interval_s)[0]
-            except Exception as exc:  # no receipt, no results
-                raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
-        return doc
+        audited = _audit_read(s, reader, job, f"job {job_id}: results {start}..{end - 1} of {job.total}",
+                              signer if receipt else None, interval_s)
+        return {"job_id": job_id, "total": job.total, "results": results,
+                "next_cursor": str(end) if end < job.total else None, "receipt": audited}
 
 
 def keys_handed(db: Database, job_id: str) -> dict[int, list[str]]:
@@ -303,18 +298,46 @@ def keys_handed(db: Database, job_id: str) -> dict[int, list[str]]:
     return {int(k): v for k, v in (json.loads(raw) if raw else {}).items()}
 
 
+def owner_key(caller: Principal) -> tuple[str, str, str]:
+    """(issuer, subject, role): whose jobs a caller's are, for submitting, replaying, listing and reading alike
+    (never the subject alone: two issuers' `sub` may collide)."""
+    return caller.iss, caller.sub, caller.role
+
+
 def may_read(owner, reader: Principal) -> bool:
     """A job belongs to (issuer, subject, role); `jobs.read_all` reads any. Either way the reader's level must
     cover the job's: a moderator token that shares an auditor's `sub` never sees level-2 fields."""
     iss, sub, role, level = owner
-    mine = (iss, sub, role) == (reader.iss, reader.sub, reader.role)
+    mine = (iss, sub, role) == owner_key(reader)
     return (mine or "jobs.read_all" in reader.actions) and reader.max_level >= level
+
+
+def _readable(s: Session, job_id: str, reader: Principal) -> JobRow | None:
+    """The job if `reader` may read it, else None (an unknown job and someone else's look the same). The owner
+    check reads four columns before anything else is loaded, so timing does not tell a foreign job from a
+    missing one."""
+    owner = repo.owner_of(s, job_id)
+    if owner is None or not may_read(owner, reader):
+        return None
+    return s.get(JobRow, job_id)
+
+
+def _audit_read(s: Session, reader: Principal, job: JobRow, detail: str, signer, interval_s: float) -> dict | None:
+    """The `jobs.read` event of results about to be released, appended in the read's transaction, and its
+    transparency-log receipt when there is a `signer`: no audit row or no receipt, no results."""
+    rows = append_or_fail(s, [AuditEvent.of(reader.actor, "jobs.read", range(1, job.max_level + 1), detail=detail)])
+    if signer is None:
+        return None
+    try:
+        return merkle.receipts(s, signer, rows, interval_s)[0]
+    except Exception as exc:  # no receipt, no results
+        raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
 
 
 def list_jobs(db: Database, reader: Principal, limit: int, offset: int = 0) -> list[dict]:
     """Status summaries (no results) of the reader's own jobs, newest first; a role with `jobs.read_all` sees
     every owner's. As for reads, only jobs whose level the reader's covers."""
-    owner = None if "jobs.read_all" in reader.actions else (reader.iss, reader.sub, reader.role)
+    owner = None if "jobs.read_all" in reader.actions else owner_key(reader)
     with db.session() as s:
         rows = repo.list_jobs(s, owner, reader.max_level, limit, offset)
         return [{**status_doc(j), "subject": j.owner_sub, "role": j.role} for j in rows]
@@ -329,23 +352,13 @@ def read_job(db: Database, job_id: str, reader: Principal, signer=None, interval
     its transparency-log receipt (no audit row, no results).
     """
     with db.session() as s:
-        owner = repo.owner_of(s, job_id)
-        if owner is None or not may_read(owner, reader):
+        job = _readable(s, job_id, reader)
+        if job is None:
             return None
-        job = s.get(JobRow, job_id)
-        assert job is not None
         released = (
             [json.loads(r) for r in repo.results_in_order(s, job_id)]  # type: ignore[arg-type]
             if results and job.status == "done" else None
         )
-        doc: dict = {**status_doc(job), "results": released, "receipt": None}
-        if released is not None:
-            event = AuditEvent.of(reader.actor, "jobs.read", range(1, job.max_level + 1),
-                                  detail=f"job {job_id}: {len(released)} results")
-            rows = append_or_fail(s, [event])
-            if signer is not None:
-                try:
-                    doc["receipt"] = merkle.receipts(s, signer, rows, interval_s)[0]
-                except Exception as exc:  # no receipt, no results
-                    raise AuditUnavailable(f"audit log unavailable ({exc.__class__.__name__})") from exc
-        return doc
+        audited = None if released is None else _audit_read(s, reader, job, f"job {job_id}: {len(released)} results",
+                                                             signer, interval_s)
+        return {**status_doc(job), "results": released, "receipt": audited}

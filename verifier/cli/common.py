@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
     from verifier.engine.profile import Profile
     from verifier.keys.service import DbKeyStore
 
-__all__ = ["add_profile_arg", "cli_actor", "cli_settings", "command_profile", "configured_profile", "emit",
+__all__ = ["add_profile_arg", "cli_settings", "command_profile", "configured_profile", "emit",
            "open_database", "open_store", "resolve_profile"]
 
 
@@ -82,17 +81,3 @@ def read_lines(path: str) -> list[str]:
 
 def emit(obj: object) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
-
-
-def cli_actor(action: str = "cli"):
-    """Who a CLI change is audited as: the OS user, role `cli`, a fresh id for this invocation."""
-    import getpass
-    import uuid
-
-    from verifier.audit.service import Actor
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers)
-        user = f"uid-{os.getuid()}"
-    return Actor(user, "cli", f"cli-{uuid.uuid4().hex}")

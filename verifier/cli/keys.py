@@ -7,13 +7,13 @@ import argparse
 
 from verifier.cli.common import (
     add_profile_arg,
-    cli_actor,
     cli_settings,
     command_profile,
     emit,
     open_store,
     resolve_profile,
 )
+from verifier.offline import os_actor
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,7 +91,7 @@ def cmd_init(args: argparse.Namespace) -> None:
             raise ValueError(f"this deployment already has keys for profile {', '.join(repr(p) for p in others)}; "
                              f"pass --profile to make keys for a second profile beside them")
     profile = pin_tokenizer(name, resolve_profile(name))  # checked here; the key store records its fingerprint
-    versions = store.initialize(profile, cli_actor())
+    versions = store.initialize(profile, os_actor())
     if others:
         print(f"hero: note: this deployment now has keys for profiles {', '.join([*others, profile.name])}; "
               f"a command uses HERO_PROFILE or --profile to choose", file=sys.stderr)
@@ -127,7 +127,7 @@ def cmd_list(args: argparse.Namespace) -> None:
 def cmd_rotate(args: argparse.Namespace) -> None:
     store = open_store(cli_settings(args))
     profile = command_profile(args, store)
-    v = store.rotate(profile, args.level, cli_actor())
+    v = store.rotate(profile, args.level, os_actor())
     emit({"profile": profile.name, "version": v.to_dict()})
 
 
@@ -136,7 +136,7 @@ def cmd_disable(args: argparse.Namespace) -> None:
 
     store = open_store(cli_settings(args))
     profile = command_profile(args, store)
-    row = store.disable(profile, args.level, args.version, cli_actor())
+    row = store.disable(profile, args.level, args.version, os_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
@@ -145,7 +145,7 @@ def cmd_enable(args: argparse.Namespace) -> None:
 
     store = open_store(cli_settings(args))
     profile = command_profile(args, store)
-    row = store.enable(profile, args.level, args.version, cli_actor())
+    row = store.enable(profile, args.level, args.version, os_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
@@ -154,7 +154,7 @@ def cmd_destroy(args: argparse.Namespace) -> None:
 
     store = open_store(cli_settings(args))
     profile = command_profile(args, store)
-    row = store.destroy(profile, args.level, args.version, confirm=args.confirm, actor=cli_actor())
+    row = store.destroy(profile, args.level, args.version, confirm=args.confirm, actor=os_actor())
     emit({"profile": profile.name, "version": version_meta(row)})
 
 
@@ -162,5 +162,5 @@ def cmd_move_profile(args: argparse.Namespace) -> None:
     if args.confirm != args.source:
         raise ValueError(f"--confirm must repeat the source profile name ({args.source!r})")
     target = resolve_profile(args.target)
-    rows = open_store(cli_settings(args)).move_profile(args.source, target, cli_actor())
+    rows = open_store(cli_settings(args)).move_profile(args.source, target, os_actor())
     emit({"from": args.source, "profile": target.name, "moved": [r.version for r in rows]})

@@ -120,12 +120,13 @@ def cmd_new(args: argparse.Namespace) -> None:
 def cmd_issue(args: argparse.Namespace) -> None:
     """Issue new values at a deployment's spec v4+ level (verifier/keys/issued.py: the list only grows), audited
     (`keys.issue`) like POST /v1/keys/issued."""
-    from verifier.cli.common import cli_actor, cli_settings, open_store
+    from verifier.cli.common import cli_settings, open_store
     from verifier.keys.issued import issue_detail, issue_values
+    from verifier.offline import os_actor
 
     store = open_store(cli_settings(args))  # first: no file written without the database its audit record goes to
     done = issue_values(args.name, args.values, args.field)
-    store.record_issue(done.profile.name, issue_detail(done), cli_actor())
+    store.record_issue(done.profile.name, issue_detail(done), os_actor())
     emit(done.to_dict())
 
 
@@ -136,12 +137,13 @@ def cmd_use(args: argparse.Namespace) -> None:
     profile that matched)."""
     import sys
 
-    from verifier.cli.common import cli_actor, cli_settings, open_store, resolve_profile
+    from verifier.cli.common import cli_settings, open_store, resolve_profile
+    from verifier.offline import os_actor
 
     settings = cli_settings(args)
     store = open_store(settings)
     profile = pin_tokenizer(args.name, resolve_profile(args.name))
-    rows, before = store.use_profile(profile, cli_actor())
+    rows, before = store.use_profile(profile, os_actor())
     from verifier.keys.deployment import stored_profiles
 
     if settings.profile and settings.profile != profile.name:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from verifier.cli.common import cli_actor, cli_settings, emit, open_database
+from verifier.cli.common import cli_settings, emit, open_database
+from verifier.offline import os_actor
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +40,7 @@ def cmd_add(args: argparse.Namespace) -> None:
         except ValueError:
             raise ValueError("--expires-at must be an ISO-8601 time") from None
     settings = cli_settings(args)
-    row = register(open_database(settings), args.provider_id, args.public_key, cli_actor(), expires, args.key_type,
+    row = register(open_database(settings), args.provider_id, args.public_key, os_actor(), expires, args.key_type,
                    issuer=args.issuer, trusted=trusted_issuers(settings))
     emit(provider_meta(row))
 
@@ -53,4 +54,4 @@ def cmd_list(args: argparse.Namespace) -> None:
 def cmd_revoke(args: argparse.Namespace) -> None:
     from verifier.registry.service import provider_meta, revoke
 
-    emit(provider_meta(revoke(open_database(cli_settings(args)), args.provider_id, cli_actor())))
+    emit(provider_meta(revoke(open_database(cli_settings(args)), args.provider_id, os_actor())))

@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from verifier.cli.common import cli_actor, cli_settings, emit, open_database, open_store
+from verifier.cli.common import cli_settings, emit, open_database, open_store
+from verifier.offline import os_actor
 
 log = logging.getLogger("hero.serve")
 
@@ -278,4 +279,4 @@ def cmd_kek_rotate(args: argparse.Namespace) -> None:
     from verifier.jobs.kek_rotation import rotate_kek
 
     # audited with the re-wrap, one transaction; an old KEK is retired only when nothing uses it any more
-    emit(rotate_kek(open_store(cli_settings(args)), cli_actor(), retire_old=args.retire_old))
+    emit(rotate_kek(open_store(cli_settings(args)), os_actor(), retire_old=args.retire_old))

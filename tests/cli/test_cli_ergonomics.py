@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from argparse import Namespace
 from pathlib import Path
 
@@ -23,6 +24,16 @@ def test_version_exits_0_printing_the_version():
     r = subprocess.run([sys.executable, "-m", "verifier.cli", "--version"], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == f"hero {__version__}", r.stderr
+
+
+def test_the_version_is_written_once():
+    """The distribution's version is verifier.__version__ (setuptools reads it from the source): pyproject.toml
+    holds no second literal that could drift from what `hero --version` prints."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert read_configuration(ROOT / "pyproject.toml")["project"]["version"] == __version__
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ or settings import: install it anywhere.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -225,28 +224,6 @@ class HeroClient:
             cursor = page.get("next_cursor")
             if cursor is None:
                 return
-
-    def stream_results(self, job_id: str) -> Iterator[dict[str, Any]]:
-        """The job's results as one NDJSON stream (each a result dict with its `index`), checked complete: the
-        trailer line's count must match (a stream cut short raises HeroAPIError)."""
-        token = self._token() if callable(self._token) else self._token
-        headers = {"Authorization": f"Bearer {token}", "Accept": "application/x-ndjson"}
-        with self._client.stream("GET", f"/v1/jobs/{job_id}/results", headers=headers) as resp:
-            if resp.status_code >= 400:
-                resp.read()
-                raise HeroAPIError(resp.status_code, str(resp.json().get("detail", "")))
-            n = 0
-            for line in resp.iter_lines():
-                if not line:
-                    continue
-                doc = json.loads(line)
-                if doc.get("end") is True:
-                    if doc.get("count") != n:
-                        raise HeroAPIError(502, f"stream ended after {n} of {doc.get('count')} results")
-                    return
-                n += 1
-                yield doc
-        raise HeroAPIError(502, f"stream cut short after {n} results")
 
     def iter_results(self, job_id: str, *, poll_s: float = 1.0, timeout_s: float = 3600.0) -> Iterator[VerifyResult]:
         """Wait for the job, then yield its results in input order, page by page. Raises HeroAPIError if the job

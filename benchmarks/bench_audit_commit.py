@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=12, help="alternating blocks of 40 commits per variant")
     ap.add_argument("--database-url", default=None)
     a = ap.parse_args()
-    from verifier.cli.bench_serve import pg_schema
+    from verifier.cli.bench_figures import pg_schema
 
     with pg_schema(a.database_url) if a.database_url else contextlib.nullcontext() as url:
         run(a, url)

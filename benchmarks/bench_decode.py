@@ -9,7 +9,7 @@ import argparse
 
 from _common import emit
 
-from verifier.cli.bench import decode_figures
+from verifier.cli.bench_figures import decode_figures
 
 
 def main() -> None:

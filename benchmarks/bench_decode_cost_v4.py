@@ -16,7 +16,7 @@ time (time.process_time: this process's threads only, so the other processes of 
 
 Random token ids (what a human text looks like to the decoder: every value searched, nothing released early).
 Prints one JSON line: per figure, each profile's median, and the v4 / v3 ratio of each round with its median and
-a distribution-free 95 % interval (verifier.cli.bench.median_interval). The load average is printed too.
+a distribution-free 95 % interval (verifier.base.timing.median_interval). The load average is printed too.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main() -> None:
 
     from gpu import cpu_kernel, prf
     from gpu.scoring import ScoringSpec
-    from verifier.cli.bench import load_average, median_interval
+    from verifier.base.timing import load_average, median_interval
     from verifier.engine.decoder import Decoder
     from verifier.engine.keys import derive_level_table
     from verifier.engine.profile import resolve_profile

@@ -32,7 +32,7 @@ def main() -> None:
 
     import torch
 
-    from verifier.cli.bench import median_interval
+    from verifier.base.timing import median_interval
     from verifier.engine.decoder import Decoder
     from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
     from verifier.engine.profile import resolve_profile

@@ -5,8 +5,9 @@
     python benchmarks/bench_decode_path.py --ab BASE_DIR NEW_DIR [--rounds 12] ...   (two checkouts, alternated)
 
 Texts: `--batch` x 200 tokens of the profile's vocabulary; a share `--marked` carries a watermark (level-1
-and level-2 payloads, made by the HeRo sampler over random logits, so they pass the level tests and their
-values are released with a confidence, the expensive branch), the rest are random ids (the `absent` branch).
+and level-2 payloads, drawn by the product's generation step over random logits, _common.marked_ids, so
+they pass the level tests and their values are released with a confidence, the expensive branch), the rest are
+random ids (the `absent` branch).
 The marked texts are a pool of 32 tiled over the batch (decoding does not depend on repeats across texts).
 Figures per batch (one JSON line each): `path_tokens_per_s` (Decoder.decode_ids, median of --reps),
 `kernel_tokens_per_s` (gpu/evidence.segment_scores for the same levels) and their ratio. Tokenization is not
@@ -24,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import alternate, emit
+from _common import alternate, emit, marked_ids
 
 from verifier.engine.weighted_decode import DEFAULT_STATISTIC, STATISTICS
 
@@ -36,10 +37,8 @@ def _problem(batch: int, device: str, profile_name: str, levels: int, marked: fl
     """(profile, decoder, ids list, kernel call) with only APIs both sides of an A/B have."""
     import torch
 
-    from gpu.sampler import HeroSampler
     from verifier.engine.decoder import Decoder
-    from verifier.engine.keys import derive_level_table, new_master_secret
-    from verifier.engine.payload import encode_payload
+    from verifier.engine.keys import KeySet, derive_level_table, new_master_secret
     from verifier.engine.profile import resolve_profile
 
     prof = resolve_profile(profile_name)
@@ -49,19 +48,9 @@ def _problem(batch: int, device: str, profile_name: str, levels: int, marked: fl
     n_marked = round(batch * marked)
     ids = torch.randint(0, prof.vocab_size, (batch, TOKENS), generator=g)
     if n_marked:
-        sampler = HeroSampler(prof.schedule, prof.segments, [list(t.entries) for t in tables], tables[0].position,
-                              stride=prof.routing_stride, seed_keys=[getattr(t, "level_key", None) for t in tables])
         fields = [f for lv in prof.levels for f in lv.fields]
         pays = [{f.name: (7 * i + 3 * k) % (1 << f.bits) for k, f in enumerate(fields)} for i in range(POOL)]
-        pay = torch.tensor([encode_payload(prof, p) for p in pays])
-        ctx = torch.randint(0, prof.vocab_size, (POOL, prof.context_width), generator=g)
-        out = []
-        for _ in range(TOKENS):
-            tok = sampler.sample(torch.randn(POOL, prof.vocab_size, generator=g) * 2.0, ctx[:, -prof.context_width:],
-                                 pay, torch.ones(POOL, dtype=torch.bool), g)
-            out.append(tok)
-            ctx = torch.cat([ctx, tok[:, None]], 1)
-        pool = torch.stack(out, 1)
+        pool = marked_ids(prof, KeySet(tuple(tables)), pays, TOKENS, sigma=2.0, seed=seed + 1)
         ids[:n_marked] = pool[torch.arange(n_marked) % POOL]
     decoder = Decoder(prof, {t.level: [t] for t in tables[:levels]}, device=device)
     batch_ids = ids.tolist()
@@ -94,7 +83,7 @@ def measure(a) -> None:
 
     decode = None
     if a.scoring == "model-aware":  # the profile's LM shape with random weights: the cost, not the power
-        from verifier.cli.bench import random_smollm2
+        from verifier.cli.bench_figures import random_smollm2
         from verifier.engine.model_aware import ModelAwareScorer
         from verifier.engine.weighted_decode import Weighting
 

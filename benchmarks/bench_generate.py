@@ -9,7 +9,7 @@ import argparse
 
 from _common import emit
 
-from verifier.cli.bench import generate_figures
+from verifier.cli.bench_figures import generate_figures
 
 
 def main() -> None:

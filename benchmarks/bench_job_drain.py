@@ -51,7 +51,7 @@ def main() -> None:
     from verifier.api.app import create_app
     from verifier.auth.devkeys import mint_token
     from verifier.base.settings import Settings
-    from verifier.cli.bench_serve import bench_texts
+    from verifier.cli.bench_figures import bench_texts
     from verifier.jobs.models import JobRow
     from verifier.lm import load_tokenizer
 

@@ -71,7 +71,7 @@ def _round(a, texts: list[str], n_workers: int, kill: bool) -> dict:
     from verifier.api.app import create_app
     from verifier.auth.devkeys import mint_token
     from verifier.base.settings import Settings
-    from verifier.cli.bench_serve import free_port, pg_schema
+    from verifier.cli.bench_figures import free_port, pg_schema
     from verifier.jobs.models import JobItemRow, JobRow
 
     home = Path(tempfile.mkdtemp(prefix="hero-fanout-"))
@@ -226,7 +226,7 @@ def main() -> None:
                     help="threads per worker (OMP_NUM_THREADS, RAYON_NUM_THREADS; tokenizers in the calling thread); "
                          "0: the workers' defaults")
     a = ap.parse_args()
-    from verifier.cli.bench_serve import bench_texts
+    from verifier.cli.bench_figures import bench_texts
     from verifier.lm import load_tokenizer
 
     base = bench_texts(load_tokenizer("smollm2"), 64)

@@ -97,7 +97,7 @@ def main() -> None:
         ap.error("two checkouts BASE_DIR NEW_DIR; --batch, --steps and --rounds >= 1")
     if a.batch > len(PROMPTS):
         ap.error(f"--batch is at most {len(PROMPTS)}")
-    from verifier.cli.bench import median_interval
+    from verifier.base.timing import median_interval
 
     dirs = [str(Path(d).resolve()) for d in a.dirs]
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,10 +6,27 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from _common import emit
 
-from verifier.cli.bench import tokenize_figures
+from verifier.base.timing import summary, timed
+
+
+def tokenize_figures(batch: int, tokens: int = 200, reps: int = 10, name: str = "smollm2") -> dict:
+    """Batched fast-tokenizer throughput (what Decoder.decode_texts calls) vs one text at a time."""
+    from verifier.lm import load_tokenizer
+
+    tok = load_tokenizer(name)
+    words = "the watermark survives light edits while the verifier reads every token of the text".split()
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(tokens * 3 // 4)) for i in range(batch)]
+    n = sum(len(x) for x in tok(texts, add_special_tokens=False)["input_ids"])
+    batched = timed(lambda: tok(texts, add_special_tokens=False)["input_ids"], reps)
+    single = timed(lambda: [tok(t, add_special_tokens=False)["input_ids"] for t in texts], reps)
+    return {"bench": "tokenize", "batch": batch, "tokens": n, "fast": bool(getattr(tok, "is_fast", False)),
+            "batched_tokens_per_s": n / statistics.median(batched),
+            "single_tokens_per_s": n / statistics.median(single),
+            "batched_seconds": summary(batched), "single_seconds": summary(single)}
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    from verifier.cli.bench import median_interval
+    from verifier.base.timing import median_interval
 
     dirs = [str(Path(d).resolve()) for d in a.dirs]
     x = torch.randn(a.batch, a.vocab, generator=torch.Generator().manual_seed(0)) * a.scale

@@ -38,7 +38,7 @@ def main() -> None:
     from verifier.audit.service import Actor, record_with_receipts, text_digest
     from verifier.audit.signer import signer_from_settings
     from verifier.base.settings import Settings
-    from verifier.cli.bench_serve import bench_texts
+    from verifier.cli.bench_figures import bench_texts
     from verifier.engine.decoder import make_decoder
     from verifier.engine.profile import resolve_profile
     from verifier.lm import load_tokenizer

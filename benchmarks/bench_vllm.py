@@ -69,15 +69,16 @@ def main() -> None:
     ap.add_argument("--timers", action="store_true", help="time the plugin's calls in the watermarked runs")
     a = ap.parse_args()
 
-    from tests.helpers.keys import make_keyset
-    from tests.provider.test_vllm import write_bundle
-    from verifier.cli.bench import bench_payloads, load_average, median_interval
+    from _common import vllm_bundle_env
+
+    from verifier.base.timing import load_average, median_interval
+    from verifier.cli.bench_figures import bench_payloads
     from verifier.engine.profile import resolve_profile
     from verifier.lm import cache_dir, load_model
 
     load_model("smollm2")
     profile = resolve_profile(a.profile)
-    os.environ.update(write_bundle(Path(tempfile.mkdtemp()), profile, make_keyset(profile)))
+    os.environ.update(vllm_bundle_env(Path(tempfile.mkdtemp(prefix="hero-vllm-bench-")), profile))
     timers = Timers()
     if a.timers:
         from gpu.step import FusedSampler

@@ -15,7 +15,7 @@ import time
 import torch
 
 from gpu.evidence import segment_scores
-from verifier.cli.bench import decode_problem
+from verifier.cli.bench_figures import decode_problem
 from verifier.engine.profile import default_profile, v1_profile
 
 

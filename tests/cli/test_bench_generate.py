@@ -7,8 +7,9 @@ import math
 
 import pytest
 
+from verifier.base.timing import median_interval
 from verifier.cli import main
-from verifier.cli.bench import bench_payloads, median_interval
+from verifier.cli.bench_figures import bench_payloads
 from verifier.engine.payload import encode_payload
 from verifier.engine.profile import default_profile, v3_profile, v4_profile
 
@@ -52,7 +53,7 @@ def test_bench_generate_unknown_profile_is_one_line(capsys):
 def test_bench_generate_times_each_profile_in_the_same_rounds():
     """v4 and v3 beside plain on the random-weight SmolLM2 shape: every variant has wall and CPU times and a
     paired interval that contains its median."""
-    from verifier.cli.bench import RANDOM_MODEL, generate_overhead_figures
+    from verifier.cli.bench_figures import RANDOM_MODEL, generate_overhead_figures
 
     f = generate_overhead_figures(2, tokens=2, reps=3, model_name=RANDOM_MODEL, profiles=[v4_profile(), v3_profile()],
                                   threads=1)
@@ -71,7 +72,7 @@ def test_bench_generate_times_each_profile_in_the_same_rounds():
 
 @pytest.mark.slow
 def test_bench_generate_refuses_a_profile_on_another_vocabulary():
-    from verifier.cli.bench import RANDOM_MODEL, generate_overhead_figures
+    from verifier.cli.bench_figures import RANDOM_MODEL, generate_overhead_figures
     from verifier.engine.profile import profile_from_dict
 
     data = v4_profile().to_dict()

@@ -16,7 +16,7 @@ from verifier.lm import TOKENIZERS_PARALLELISM, tokenize_in_calling_thread
 
 _PROBE = """
 import hashlib, json, os
-from verifier.cli.bench_serve import bench_texts
+from verifier.cli.bench_figures import bench_texts
 from verifier.lm import encode_ids, load_tokenizer
 tok = load_tokenizer("smollm2")
 texts = bench_texts(tok, 64)

@@ -109,7 +109,7 @@ def test_bench_generate_alternates_plain_hero_and_synthid():
     """`hero bench generate` (fused path) on the random-weight SmolLM2 shape: every variant timed, same run
     (with the C kernel: also HeRo on the exact step alone, and the fast path switched back on afterwards)."""
     from gpu import cpu_kernel
-    from verifier.cli.bench import RANDOM_MODEL, generate_overhead_figures
+    from verifier.cli.bench_figures import RANDOM_MODEL, generate_overhead_figures
 
     native = cpu_kernel.load()
     f = generate_overhead_figures(2, tokens=2, reps=1, model_name=RANDOM_MODEL, top_k=50, top_p=0.9, synthid=True,

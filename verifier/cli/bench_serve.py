@@ -22,19 +22,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-import uuid
-from contextlib import contextmanager
 from pathlib import Path
 
+from verifier.cli.bench_figures import bench_texts, free_port, pg_schema
 from verifier.cli.common import emit
 
-TOKENS_PER_TEXT = 220
 DISTINCT_BODIES = 16
 ROLES_YAML = """\
 roles:
@@ -64,20 +61,6 @@ def register(bsub: argparse._SubParsersAction) -> None:
 
 
 # -- texts -------------------------------------------------------------------------------------------
-def bench_texts(tokenizer, n: int, tokens: int = TOKENS_PER_TEXT) -> list[str]:
-    """n BBC news texts cut to ~`tokens` tokens (decoded back from the ids, so the verifier sees as many)."""
-    from verifier.evaluation.corpus import bbc_articles
-
-    out = []
-    for art in bbc_articles():
-        ids = tokenizer(art.text, add_special_tokens=False)["input_ids"]
-        if len(ids) >= tokens:
-            out.append(tokenizer.decode(ids[:tokens]).strip())
-        if len(out) == n:
-            return out
-    raise RuntimeError("not enough long articles in the corpus")
-
-
 def tokenizer_rate(tokenizer, texts: list[str], batch: int, min_s: float = 1.0) -> tuple[float, float]:
     """(tokens/s of batched tokenization of `texts`, mean tokens per text), timed for at least `min_s`, through
     the same call the verifier tokenizes with (verifier.lm.encode_ids: the Rust backend's batch call)."""
@@ -97,30 +80,6 @@ def tokenizer_rate(tokenizer, texts: list[str], batch: int, min_s: float = 1.0) 
 
 
 # -- server ------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def pg_schema(url: str):
-    """A private schema on the given PostgreSQL (dropped afterwards), as a URL whose search_path is it."""
-    from sqlalchemy import create_engine, text
-
-    schema = f"hero_bench_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(url)
-    try:
-        with engine.begin() as c:
-            c.execute(text(f'CREATE SCHEMA "{schema}"'))
-        sep = "&" if "?" in url else "?"
-        yield f"{url}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as c:
-            c.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        engine.dispose()
-
-
 def _hero(env: dict, *args: str, cwd: str | None = None) -> str:
     out = subprocess.run([sys.executable, "-m", "verifier.cli", *args], env=env, capture_output=True, text=True,
                          timeout=300, cwd=cwd)

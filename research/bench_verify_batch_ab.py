@@ -2,15 +2,17 @@
 two checkouts side by side: one worker process per checkout, rounds alternating between them, so a machine
 whose speed drifts by tens of percent from minute to minute slows both alike. Prints one JSON line.
 
-    python benchmarks/bench_verify_batch_ab.py BASE_DIR NEW_DIR [--rounds 16] [--callers 4] [--texts 32]
+    python research/bench_verify_batch_ab.py BASE_DIR NEW_DIR [--rounds 16] [--callers 4] [--texts 32]
 
 Each directory is a checkout with its C kernel built (e.g. `git worktree add /tmp/base REV` and copy
-gpu/_hero_kernels*.so). Moderator, default profile, a fresh SQLite home per worker; ~220-token BBC texts.
+gpu/_hero_kernels*.so). Moderator, default profile, a fresh SQLite home per worker; ~220-token BBC texts, cut once
+by this checkout and handed to both sides in a file (the same texts, whatever each side ships).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -18,12 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import alternate, emit
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from _common import alternate, emit  # benchmarks/_common.py: the A/B round runner
 
 BATCHES_PER_ROUND = 4
 
 
-def worker(checkout: str, callers: int, texts_per_caller: int) -> None:
+def worker(checkout: str, callers: int, texts_per_caller: int, texts_file: str) -> None:
     """Serves rounds on stdin ("go" -> one line: CPU us per text) with `checkout`'s code."""
     sys.path.insert(0, checkout)  # ahead of the path _common added (this script's own checkout)
     home = Path(tempfile.mkdtemp(prefix="hero-ab-"))
@@ -31,9 +34,7 @@ def worker(checkout: str, callers: int, texts_per_caller: int) -> None:
     from verifier.api.context import build_context
     from verifier.audit.service import Actor
     from verifier.base.settings import Settings
-    from verifier.cli.bench_serve import bench_texts
     from verifier.engine.profile import resolve_profile
-    from verifier.lm import load_tokenizer
     from verifier.verify.runner import DecodeJob
     from verifier.verify.service import VerifyRequest, verify_batch
 
@@ -42,7 +43,7 @@ def worker(checkout: str, callers: int, texts_per_caller: int) -> None:
     profile = resolve_profile("default")
     ctx.store.initialize(profile)
     n = callers * texts_per_caller
-    texts = bench_texts(load_tokenizer(profile.tokenizer), n)
+    texts = json.loads(Path(texts_file).read_text())[:n]
     actor = Actor("bench", "moderator", "jti")
     requests = [VerifyRequest(DecodeJob(profile, tuple(texts[i * texts_per_caller:(i + 1) * texts_per_caller]), 1,
                                         settings.alpha), actor) for i in range(callers)]
@@ -73,13 +74,21 @@ def main() -> None:
     ap.add_argument("--callers", type=int, default=4)
     ap.add_argument("--texts", type=int, default=32, help="texts per caller")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--texts-file", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        worker(a.base, a.callers, a.texts)
+        worker(a.base, a.callers, a.texts, a.texts_file)
         return
+    from verifier.cli.bench_figures import bench_texts
+    from verifier.engine.profile import resolve_profile
+    from verifier.lm import load_tokenizer
+
+    texts_file = Path(tempfile.mkdtemp(prefix="hero-ab-texts-")) / "texts.json"
+    texts_file.write_text(json.dumps(bench_texts(load_tokenizer(resolve_profile("default").tokenizer),
+                                                 a.callers * a.texts)))
     dirs = [str(Path(d).resolve()) for d in (a.base, a.new)]
     us = alternate([([sys.executable, str(Path(__file__).resolve()), d, d, "--worker", "--callers", str(a.callers),
-                      "--texts", str(a.texts)], d) for d in dirs], a.rounds)
+                      "--texts", str(a.texts), "--texts-file", str(texts_file)], d) for d in dirs], a.rounds)
     ratios = [b / a for a, b in zip(us[0], us[1], strict=True)]
     emit({"bench": "verify-batch-ab", "texts_per_batch": a.callers * a.texts, "rounds": a.rounds,
           "base": dirs[0], "new": dirs[1],

@@ -5,7 +5,7 @@ A model-free verifier sums a fixed function h of each scored token's uniform U (
 f_P(y) = sum_i y^(1/p_i - 1) (Li, Ruan, Wang, Long, Su 2024), so the best fixed h is log E[f_P(y)] over the
 distributions P the verifier meets (the prior-averaged likelihood ratio; tokens independent), and h_opt,D =
 log(y^(D/(1-D)) + y^((1-D)/D)) is the paper's minimax rule for max_i p_i <= 1 - D. This replays spec v4's design
-measurement (benchmarks/v4_levers.py: recorded SmolLM2-135M-Instruct chat distributions, top-k 50 / top-p 0.9,
+measurement (research/v4_levers.py: recorded SmolLM2-135M-Instruct chat distributions, top-k 50 / top-p 0.9,
 K_1 = 80 contiguous, the gated opening, 4 draws per answer) and reads each level with each score:
 
 - level 1 (moderator): detection at 50 tokens, p <= 1e-3 over N = 4 issued values;
@@ -15,7 +15,7 @@ Null tails: Gamma for `ars`; for other scores the Lugannani-Rice saddlepoint of 
 quadrature, checked against Monte Carlo at 1e-3. The prior-averaged score is fitted on the first half of the answers
 and measured on the second half (every score is measured on the second half).
 
-    python benchmarks/v4_levers.py --record /tmp/v4_chat.pt --prompts 40 --tokens 200
+    python research/v4_levers.py --record /tmp/v4_chat.pt --prompts 40 --tokens 200
     python research/score_functions.py /tmp/v4_chat.pt --json research/results/score-functions.json
 """
 
@@ -24,16 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from scipy import optimize, stats
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from v4_levers import H, chunk_of, simulate, wilson
+from v4_levers import H, chunk_of, simulate, wilson  # research/v4_levers.py: this script's folder is on sys.path
 
 GRID = (np.arange(200_000) + 0.5) / 200_000  # quadrature nodes in U for the null CGF
 

@@ -11,8 +11,8 @@ h tokens and then until 8 nats of surprisal or 24 tokens) carry Exp(1) noise.
 A level's p-value searching N values is 1 - (1 - Q(n, S))^N for the true value's sum S (a null value wins
 the search with probability <= alpha, neglected); detection at p <= 1e-3, an exact value at p <= 1e-4.
 
-    python benchmarks/v4_levers.py --record /tmp/v4_chat.pt --prompts 40 --tokens 100
-    python benchmarks/v4_levers.py --analyse /tmp/v4_chat.pt --json research/results/spec-v4-levers.json
+    python research/v4_levers.py --record /tmp/v4_chat.pt --prompts 40 --tokens 100
+    python research/v4_levers.py --analyse /tmp/v4_chat.pt --json benchmarks/results/spec-v4-levers.json
 """
 
 from __future__ import annotations

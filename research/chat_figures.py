@@ -6,7 +6,7 @@ computes, with the chat section's own functions: detection at p <= 1e-3 at 50 / 
 wrong-key calibration, the texts' median perplexity and mean entropy, perplexity paired against plain sampling,
 distinct outputs of 20 identical requests, and the natural-length answers. No model is loaded (tokenizer only).
 
-    python benchmarks/chat_figures.py --hero 50 --synthid 75 --plain 50 [--seed 0] [--profile v3]
+    python research/chat_figures.py --hero 50 --synthid 75 --plain 50 [--seed 0] [--profile v3]
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ def main() -> None:
     torch.set_num_threads(1)
     from scipy import stats
 
+    from hero_eval.attribution import build_attr_method, hero_name
+    from hero_eval.attribution_data import _profile_tag
+    from hero_eval.baselines.synthid import SynthIDDetector, synthid_keys
+    from hero_eval.chat import WRONG_KEYS, _natural_summary, paired_ppl
+    from hero_eval.methods import _decode_safe
+    from hero_eval.metrics import median_ci, proportion
     from verifier.engine.decoder import Decoder
-    from verifier.evaluation.attribution import build_attr_method, hero_name
-    from verifier.evaluation.attribution_data import _profile_tag
-    from verifier.evaluation.baselines.synthid import SynthIDDetector, synthid_keys
-    from verifier.evaluation.chat import WRONG_KEYS, _natural_summary, paired_ppl
-    from verifier.evaluation.methods import _decode_safe
-    from verifier.evaluation.metrics import median_ci, proportion
     from verifier.lm import load_tokenizer
 
     tok = load_tokenizer("smollm2")

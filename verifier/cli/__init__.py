@@ -8,6 +8,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from verifier.base.errors import DomainError
 
@@ -30,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("verifier.cli.evaluate", "evaluate HeRo against MPAC/BiMark (bit accuracy, TPR, PPL, robustness)"),
     "providers": ("verifier.cli.providers", "register / list / revoke generation providers (sealed key bundles)"),
     "profile": ("verifier.cli.profile", "a deployment's own profiles (HERO_PROFILES_DIR): new"),
+    "completion": ("verifier.cli.completion", "print a shell completion script (bash, zsh or tcsh)"),
 }
 
 
@@ -64,14 +66,43 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+def default_to_show(action: argparse.Action) -> bool:
+    """An option whose help must say its default: it takes a value and has one (None, or an empty list for a
+    repeatable option, is "none given"; a flag's default is its absence)."""
+    d = action.default
+    return (bool(action.option_strings) and action.nargs != 0 and d is not None and d is not argparse.SUPPRESS
+            and not (isinstance(d, list | tuple) and not d))
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Each option's help ends with its default (`default_to_show`), unless the help places it itself with
+    %(default)s: the shown default is the parser's, never a copy that can drift."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text and "%(default)" not in text and default_to_show(action):
+            return f"{text} (default: %(default)s)"
+        return text
+
+
+class HeroParser(argparse.ArgumentParser):
+    """The parser of `hero` and of every command under it (add_subparsers hands its class down): help that shows
+    each option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsShown)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(argv: list[str] | None = None, *, full: bool = False) -> argparse.ArgumentParser:
     """The `hero` parser. Only the module of the command in `argv` registers its real parsers (all of them
     when `full`); every other command is a stub that lists it in `hero --help`."""
     from verifier import __version__
 
-    parser = argparse.ArgumentParser(prog="hero", description="HeRo selective-disclosure watermarking")
+    parser = HeroParser(prog="hero", description="HeRo selective-disclosure watermarking")
     parser.add_argument("--version", action="version", version=f"hero {__version__}",
                         help="print the version and exit")
+    parser.set_defaults(full_parser=lambda: build_parser([], full=True))  # `hero completion` walks every command
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = set(COMMANDS) if full else {c for c in [_command_of(sys.argv[1:] if argv is None else argv)] if c}
     loaded: set[str] = set()

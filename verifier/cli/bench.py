@@ -20,10 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure decode / generation throughput (prints one JSON line)")
     bsub = p.add_subparsers(dest="bench_command", required=True)
     d = bsub.add_parser("decode", help="evidence kernel throughput: fast path vs pure torch path")
-    d.add_argument("--batch", type=int, default=64)
-    d.add_argument("--tokens", type=int, default=200)
-    d.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    d.add_argument("--reps", type=int, default=20)
+    d.add_argument("--batch", type=int, default=64, help="texts scored together (1-4096)")
+    d.add_argument("--tokens", type=int, default=200, help="tokens per text")
+    d.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the kernels run")
+    d.add_argument("--reps", type=int, default=20, help="timed repetitions of the fast path (the median is reported)")
     d.add_argument("--torch-reps", type=int, default=3, help="repetitions of the (slow) torch path; 0 = skip")
     d.add_argument("--profile", default=None,
                    help="profile name or YAML path (default: the deployment's profile rule: HERO_PROFILE, else the "
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="levels decoded: 1 = moderator (public level), 0 = all levels (auditor)")
     d.set_defaults(handler=cmd_decode)
     g = bsub.add_parser("generate", help="watermark overhead in model.generate over plain sampling")
-    g.add_argument("--batch", type=int, default=1)
+    g.add_argument("--batch", type=int, default=1, help="rows generated together (1-4096)")
     g.add_argument("--tokens", type=int, default=32, help="new tokens per row")
     g.add_argument("--reps", type=int, default=3, help="rounds; each runs every variant once, the order rotating")
     g.add_argument("--model", default=None,
@@ -43,15 +43,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the first is `hero`, the others `hero-NAME`; all must share the model's vocabulary "
                         "(default: the deployment's profile rule, as `hero generate`)")
     g.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    g.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the model runs")
     g.add_argument("--path", choices=["fused", "engine"], default="fused",
                    help="fused: HeroWatermarkingConfig (transformers' warpers on); engine: HeroLogitsProcessor")
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
     g.add_argument("--synthid", action="store_true", help="also time transformers' SynthID in the same pairs")
     g.add_argument("--exact-step", action="store_true",
                    help="also time HeRo with the C step's exact path only (no fast path) in the same pairs")
-    g.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    g.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="the model's weights")
     g.set_defaults(handler=cmd_generate)
     from verifier.cli import bench_serve  # its own module: `hero bench serve`
 

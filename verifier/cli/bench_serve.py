@@ -43,15 +43,16 @@ roles:
 
 def register(bsub: argparse._SubParsersAction) -> None:
     s = bsub.add_parser("serve", help="end-to-end /v1/verify throughput of a server started on loopback")
-    s.add_argument("--concurrency", type=int, default=32, help="concurrent keep-alive connections (default 32)")
-    s.add_argument("--texts-per-request", type=int, default=1, help="texts per request (default 1)")
-    s.add_argument("--seconds", type=float, default=5.0, help="measured seconds (default 5; at most 120)")
+    s.add_argument("--concurrency", type=int, default=32, help="concurrent keep-alive connections")
+    s.add_argument("--texts-per-request", type=int, default=1, help="texts per request")
+    s.add_argument("--seconds", type=float, default=5.0, help="measured seconds (at most 120)")
     s.add_argument("--role", choices=["moderator", "auditor"], default="moderator",
                    help="moderator: level 1 only; auditor: every level")
     s.add_argument("--database-url", default=None,
                    help="default: SQLite in the temporary home; a PostgreSQL URL gets a private schema, dropped after")
     s.add_argument("--profile", default=None, help="watermark profile of the server (default: HERO_PROFILE or default)")
-    s.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto")
+    s.add_argument("--generator", choices=["auto", "wrk", "python"], default="auto",
+                   help="the load generator: wrk, or the Python one; auto: wrk when installed")
     s.add_argument("--workers", type=int, default=None, help="server worker processes (default: hero serve's)")
     s.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                    help="extra HERO_* setting for the server, e.g. HERO_VERIFY_BATCHING=0 (repeatable)")

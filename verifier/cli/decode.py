@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("decode", help="decode the payload of a text (via HERO_URL's service when set)")
     p.add_argument("--levels", default="1", help="levels to decode: '1' or '1,2' (must start at 1)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--text")
+    src.add_argument("--text", help="the text to decode")
     src.add_argument("--file", help="file holding the text: the whole file is one text, blank lines included "
                                     "('-' = stdin)")
     src.add_argument("--input", metavar="FILE",

@@ -16,27 +16,28 @@ from verifier.cli.common import add_profile_arg, cli_settings, emit, read_lines
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate watermarked text with a local model")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt")
+    src.add_argument("--prompt", help="the text to continue (with --chat: the user's message)")
     src.add_argument("--input", metavar="FILE",
                      help='JSON lines {"prompt": ..., "fields": {"model": 37, ...}} (\'-\' = stdin); one JSON line '
                      "out per prompt: text, payload, key_versions, tokens")
     p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
                    help="payload field (repeat); with --input, the default for lines without that field")
     p.add_argument("--format", choices=("json", "text"), default="json",
-                   help="json (default): the text with its payload and key versions; text: the text alone, "
+                   help="json: the text with its payload and key versions; text: the text alone, "
                    "ready to paste or pipe (one prompt only)")
     p.add_argument("--chat", action="store_true",
                    help="send each prompt as a user message under the model's chat template (an instruct model "
                    "then answers it instead of continuing it)")
-    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--max-new-tokens", type=int, default=200, help="new tokens at most (1-4096)")
     p.add_argument(
         "--min-new-tokens", type=int, default=0, help="no end-of-text before this many tokens (longer = surer decode)"
     )
     p.add_argument("--model", default=None,
                    help="a built-in name, a local directory or a hub id; default: the profile's tokenizer's model")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--top-k", type=int, default=None, help="sample among the K likeliest tokens only (default: off)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="sample among the likeliest tokens whose probabilities reach P only (default: off)")
     p.add_argument("--batch-size", type=int, default=8, help="with --input: prompts generated together")
     p.add_argument("--opening-nats", type=float, default=None,
                    help="draw the opening fresh until its tokens' surprisal reaches this many nats (default 8; 0: "

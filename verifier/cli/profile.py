@@ -45,13 +45,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     new.add_argument("--issued", nargs="+", type=int, default=None, metavar="VALUE",
                      help="spec v4: the values this deployment has issued at the level of --field (they replace the "
                           "copied list; the decoder searches only these)")
-    new.add_argument("--field", default="model", help="the field whose level --issued lists (default: model)")
+    new.add_argument("--field", default="model", help="the field whose level --issued lists")
     new.set_defaults(handler=cmd_new)
     issue = ps.add_parser("issue", help="append newly issued values (e.g. a new model id) to a spec v4 profile of "
                                         "this deployment; the list only grows")
     issue.add_argument("name", help="a profile under HERO_PROFILES_DIR")
-    issue.add_argument("values", nargs="+", type=int, metavar="VALUE")
-    issue.add_argument("--field", default="model", help="the field whose level lists the values (default: model)")
+    issue.add_argument("values", nargs="+", type=int, metavar="VALUE", help="the values to issue (e.g. model ids)")
+    issue.add_argument("--field", default="model", help="the field whose level lists the values")
     issue.set_defaults(handler=cmd_issue)
     use = ps.add_parser("use", help="serve profile NAME from now on (one step): keys for it when it has none, and the "
                                     "choice recorded with the keys; texts made under earlier profiles keep decoding")

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ls = ps.add_parser("list", help="list providers (public keys and status)")
     ls.set_defaults(handler=cmd_list)
     rev = ps.add_parser("revoke", help="refuse the provider's bundle requests from now on")
-    rev.add_argument("--id", required=True, dest="provider_id")
+    rev.add_argument("--id", required=True, dest="provider_id", help="the provider to revoke")
     rev.set_defaults(handler=cmd_revoke)
 
 

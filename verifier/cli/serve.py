@@ -19,15 +19,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default=None, help="bind address (default HERO_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (default HERO_PORT or 8000)")
     serve.add_argument("--workers", type=_workers_arg, default="auto",
-                       help="worker processes, or auto (default): one per core (at most 8) when quotas cannot be "
+                       help="worker processes, or auto: one per core (at most 8) when quotas cannot be "
                        "multiplied (no role has limits, or they are shared: HERO_RATE_LIMIT_URL / a Redis broker) "
                        "and the database is shared; else 1, with a warning (docs/operations.md)")
     serve.set_defaults(handler=cmd_serve)
 
     tok = sub.add_parser("token", help="mint a dev JWT (only with HERO_DEV_MODE=1); prints only the token")
-    tok.add_argument("--role", required=True)
-    tok.add_argument("--sub", required=True)
-    tok.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
+    tok.add_argument("--role", required=True, help="the token's role, one of the role policy's (e.g. moderator)")
+    tok.add_argument("--sub", required=True, help="the token's subject: who the caller is")
+    tok.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
     tok.set_defaults(handler=cmd_token)
 
     db = sub.add_parser("db", help="service database")
@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.set_defaults(handler=cmd_db_upgrade)
     wait = dbs.add_parser("wait", help="wait until the database is at this version's migration head (a pod's init "
                                        "container: the new image's pods wait for the migration Job)")
-    wait.add_argument("--timeout", type=float, default=600.0, help="seconds to wait before exit 1 (default 600)")
-    wait.add_argument("--interval", type=float, default=2.0, help="seconds between checks (default 2)")
+    wait.add_argument("--timeout", type=float, default=600.0, help="seconds to wait before exit 1")
+    wait.add_argument("--interval", type=float, default=2.0, help="seconds between checks")
     wait.set_defaults(handler=cmd_db_wait)
 
     audit = sub.add_parser("audit", help="audit log")

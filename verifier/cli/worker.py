@@ -7,8 +7,8 @@ import argparse
 
 def register(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("worker", help="start a Celery decode worker (HERO_BROKER_URL, HERO_DATABASE_URL)")
-    w.add_argument("--queues", default="gpu,celery", help="queues to consume (default gpu,celery)")
-    w.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1: one per GPU)")
+    w.add_argument("--queues", default="gpu,celery", help="queues to consume")
+    w.add_argument("--concurrency", type=int, default=1, help="worker processes (1: one per GPU)")
     w.add_argument("--pool", default="prefork", choices=["prefork", "solo", "threads"], help="Celery pool")
     w.add_argument("--loglevel", default=None, help="default HERO_LOG_LEVEL")
     w.add_argument("--hostname", default=None, help="Celery node name (default hero@%%h)")

@@ -17,7 +17,8 @@ cell (position segment, or the single cell of a per-value level). Decisions (doc
   spliced text may come from different sources; prefixes and suffixes are decoded the same way
   (thresholds also divided by the number of regions) to name the sources. Residual risk: a splice
   whose minority source stays below both tests in one segment while winning another (spec 13.4).
-- The decisions themselves are in engine/verdicts.py (`decide_value`); this module computes their evidence.
+- The decisions themselves are in engine/verdicts.py (`gate`, `opened_level`, `decide_value`); this module
+  computes their evidence.
 - Confidence = posterior probability that the released value is exactly right: uniform prior over the
   values, every other value's score exactly Gamma(n, 1), the true value's approximately Normal(n m, v n)
   with its mean evidence per token m integrated over a grid (not plugged in); segments share m.
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from gpu.regions import RegionTops, bounds, region_tops
 from verifier.engine import stats
-from verifier.engine.verdicts import Attribution, decide_value, join_cells
+from verifier.engine.verdicts import Attribution, absent, decide_value, gate, join_cells, opened_level
 
 # Confidence model: a value no source carried scores Gamma(n, 1) (exact, the null); the true value's score
 # is approximately Normal(n m, v n), m its mean evidence per token (uniform prior on MEAN_GRID) and v the
@@ -43,11 +44,6 @@ from verifier.engine.verdicts import Attribution, decide_value, join_cells
 # and pi^2/6 (a uniform choice among many), so v = 1.3.
 MEAN_GRID = torch.linspace(1.0, 10.0, 91, dtype=torch.float64)
 TRUE_VARIANCE = 1.3
-# A prefix/suffix region may open a level whose whole-text p-value misses alpha (spec v3, mixed texts), at
-# alpha / (m + 1); the scan runs only for texts whose whole-text level p-value shows at least this much
-# evidence, so the path of human text (nearly all p > 1e-2) stays as cheap as before. Skipping the scan
-# can only withhold, never release.
-LOG_SCAN_GATE = math.log(1e-2)
 
 
 @dataclass(frozen=True)
@@ -254,13 +250,6 @@ def decide(ev: LevelEvidence, alpha: float, cell_bits: int) -> Attribution:
                         cell_bits)[0]
 
 
-def not_significant(log_p: float, log_alpha: float) -> str:
-    """The reason of an `absent` level: its p-value misses alpha. Not "no evidence": p = 0.005 is some evidence,
-    too little to call the level watermarked or to name a value."""
-    return (f"not significant: p = {stats.to_p(log_p):.3g} does not reach alpha = {stats.to_p(log_alpha):.3g} "
-            "(too little evidence to call this level watermarked; not a finding that it is unmarked)")
-
-
 def whole_text_log_p(tops: RegionTops) -> np.ndarray:
     """Per text [B], the level's whole-text log p-value at one key version (no correction for versions):
     Fisher over the cells with tokens of each cell's max-of-C tail. Picks the version that made a text."""
@@ -294,13 +283,8 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
     out: list[Attribution] = []
     hits = []
     for i in range(b):
-        if tokens[i] == 0:
-            att = Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
-        elif level_lp[i] > log_alpha and (windows == 1 or level_lp[i] > LOG_SCAN_GATE):
-            lp = float(level_lp[i])
-            att = Attribution("absent", lp, reason=not_significant(lp, log_alpha))
-        else:
-            att = None
+        att = gate(int(tokens[i]), float(level_lp[i]), log_alpha, windows)
+        if att is None:
             hits.append(i)
         out.append(att)  # type: ignore[arg-type]
     decoded: list[tuple[int, _Region]] = []
@@ -312,8 +296,7 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
             rows = [_Region.of(scanned, j * m + k, *regions_at[k + 1], k + 1) for k in range(m)] if scanned else []
             lp = opened_level(float(level_lp[i]), rows, windows, log_v, log_alpha)
             if lp is None:
-                lp = float(level_lp[i])
-                out[i] = Attribution("absent", lp, reason=not_significant(lp, log_alpha))
+                out[i] = absent(float(level_lp[i]), log_alpha)
                 continue
             out[i], source = decide_value(_Region.of(full, i, 0, windows, 0), rows, windows, per_value, log_v, lp,
                                      log_alpha, cell_bits)
@@ -329,17 +312,3 @@ def decide_tops(tops: RegionTops, per_value: bool, versions: int, alpha: float, 
         if (full.n[i] > 0).all():
             att.most_likely = join_cells(full.winners[i].tolist(), cell_bits)
     return out
-
-
-def opened_level(level_lp: float, regions: list[_Region], windows: int, log_v: float,
-                 log_alpha: float) -> float | None:
-    """The level's log p-value if the level is open, else None. Open: the whole text's (versions included)
-    is <= alpha, or some prefix/suffix region's level p-value is <= alpha / (m + 1) (m = 2(W-1) regions,
-    versions included): then the level reports min(whole text, corrected region). Under the null each of the
-    two tests passes with probability <= alpha, so the level opens with probability <= 2 alpha (the release
-    bound of spec 13.3); the values it may release are still tested region by region at alpha / (m + 1)."""
-    if level_lp <= log_alpha:
-        return level_lp
-    scan = log_v + math.log(2 * (windows - 1) + 1)
-    best = min((r.level_lp + scan for r in regions if r.tokens), default=0.0)
-    return min(0.0, best) if best <= log_alpha else None

@@ -28,6 +28,7 @@ from verifier.engine.verdicts import (
     DecodeResult,
     LevelResult,
     hang_on_level1,
+    held_verdict,
     missing_levels,
     text_flags,
     text_verdict,
@@ -301,14 +302,7 @@ class Decoder:
         lv = prof.levels[level - 1]
         tried = len(self.tables[level])
         undecoded = [k for k, c in enumerate(seg_counts) if c == 0] if not lv.per_value else []
-        status, reason = att.status, att.reason
-        # A version is named only where this level's own evidence is significant: otherwise the smallest of
-        # several null p-values picks one by chance (spec 13.2: an absent level releases nothing).
-        matched = att.status != "undecodable" and att.log_p <= math.log(self.alpha)
-        if level in self.unavailable and status == "absent" and not matched:
-            # no evidence under the versions still held, and the ones that are gone may have made the text (an
-            # `absent` level with significant evidence was made with a held version: it stays `absent`)
-            status, reason = "undecodable", self.unavailable[level]
+        status, reason, matched = held_verdict(att, self.alpha, self.unavailable.get(level))
         positions = None
         if att.spans:
             positions = read if read is not None else reference.scored_positions(list(ids), prof.context_width)

@@ -12,13 +12,18 @@ engine/weighted_decode.py: scoring). Role shaping (which of these results a call
 - levels above an undecodable level 1 hang on its position key (`hang_on_level1`); a level with no usable key
   version at all is `undecodable` with its reason, and disabled versions are named where nothing was found
   (`missing_levels`, `with_availability`); an undecodable level releases no field value;
-- flags on the whole result (`text_flags`: inconsistent levels, mixed sources).
+- flags on the whole result (`text_flags`: inconsistent levels, mixed sources);
+- before any region is read, a level without scored tokens is `undecodable` and one whose whole text misses alpha
+  with no region scan to open it is `absent` (`gate`); after the scan, `opened_level` or `absent` (the model-free
+  and the weighted decoders alike);
+- a level whose held versions show nothing while other versions of it are gone is `undecodable`, and a key
+  version is named only where the level's own evidence is significant (`held_verdict`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,6 +33,12 @@ from verifier.engine import stats
 # a weakly supported second value in one segment may mean the winners come from two sources. Costs
 # about K x 1e-3 of single-source releases (a null runner-up's p-value is uniform).
 LOG_QUIET = math.log(1e-3)
+# A prefix/suffix region may open a level whose whole-text p-value misses alpha (spec v3, mixed texts), at
+# alpha / (m + 1); the scan runs only for texts whose whole-text level p-value shows at least this much
+# evidence, so the path of human text (nearly all p > 1e-2) stays as cheap as before. Skipping the scan
+# can only withhold, never release.
+LOG_SCAN_GATE = math.log(1e-2)
+NO_TOKENS = "no scored tokens (text too short or fully repetitive)"
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,62 @@ def _spans(by_region: dict[tuple[int, int], tuple[int, float]], windows: int, n:
     _, j, a, b = best
     cut = -(-j * n // windows)  # first scored rank of window j: ceil(j n / W)
     return [Span(0, cut, a), Span(cut, n, b)]
+
+
+def not_significant(log_p: float, log_alpha: float) -> str:
+    """The reason of an `absent` level: its p-value misses alpha. Not "no evidence": p = 0.005 is some evidence,
+    too little to call the level watermarked or to name a value."""
+    return (f"not significant: p = {stats.to_p(log_p):.3g} does not reach alpha = {stats.to_p(log_alpha):.3g} "
+            "(too little evidence to call this level watermarked; not a finding that it is unmarked)")
+
+
+def unscored() -> Attribution:
+    """A level with no scored token: nothing to decide on (`undecodable`)."""
+    return Attribution("undecodable", 0.0, reason=NO_TOKENS)
+
+
+def absent(log_p: float, log_alpha: float) -> Attribution:
+    """A level that is not open at alpha: `absent`, with its p-value and why."""
+    return Attribution("absent", log_p, reason=not_significant(log_p, log_alpha))
+
+
+def gate(tokens: int, level_lp: float, log_alpha: float, windows: int) -> Attribution | None:
+    """The verdict a level gets before its prefix/suffix regions are read, or None when they must be: no scored
+    tokens is `undecodable`; a whole text that misses alpha is `absent` when no region scan may open it (one
+    window, or a whole-text p-value above the scan gate). Both decoders call it, so the cheap path of human text
+    and its reasons are the same for model-free and model-aware scoring."""
+    if tokens == 0:
+        return unscored()
+    if level_lp > log_alpha and (windows == 1 or level_lp > LOG_SCAN_GATE):
+        return absent(level_lp, log_alpha)
+    return None
+
+
+def opened_level(level_lp: float, regions: Sequence[Region], windows: int, log_v: float,
+                 log_alpha: float) -> float | None:
+    """The level's log p-value if the level is open, else None (then `absent`). Open: the whole text's (versions
+    included) is <= alpha, or some prefix/suffix region's level p-value is <= alpha / (m + 1) (m = 2(W-1) regions,
+    versions included): then the level reports min(whole text, corrected region). Under the null each of the
+    two tests passes with probability <= alpha, so the level opens with probability <= 2 alpha (the release
+    bound of spec 13.3); the values it may release are still tested region by region at alpha / (m + 1)."""
+    if level_lp <= log_alpha:
+        return level_lp
+    scan = log_v + math.log(2 * (windows - 1) + 1)
+    best = min((r.level_lp + scan for r in regions if r.tokens), default=0.0)
+    return min(0.0, best) if best <= log_alpha else None
+
+
+def held_verdict(att: Attribution, alpha: float, gone: str | None) -> tuple[str, str | None, bool]:
+    """(status, reason, whether the version is named) of a level decided on the versions still held; `gone`: why
+    others of its versions are gone (None: none is). A version is named only where this level's own evidence is
+    significant: otherwise the smallest of several null p-values picks one by chance (spec 13.2: an absent level
+    releases nothing). With no evidence under the held versions, the gone ones may have made the text:
+    `undecodable`, for the reason they are gone (an `absent` level with significant evidence was made with a held
+    version: it stays `absent`)."""
+    matched = att.status != "undecodable" and att.log_p <= math.log(alpha)
+    if gone is not None and att.status == "absent" and not matched:
+        return "undecodable", gone, matched
+    return att.status, att.reason, matched
 
 
 @dataclass

@@ -26,18 +26,10 @@ from gpu import prf
 from gpu.evidence import segment_scores
 from gpu.scoring import ScoringSpec
 from verifier.engine import multiplexed, stats, weighted
-from verifier.engine.attribution import (
-    LOG_SCAN_GATE,
-    Attribution,
-    _bit_confidence,
-    _Region,
-    not_significant,
-    opened_level,
-    posterior_batch,
-)
+from verifier.engine.attribution import Attribution, _bit_confidence, _Region, posterior_batch
 from verifier.engine.decoder import Decoder, DecodeResult, _log10
 from verifier.engine.keys import KeyTable
-from verifier.engine.verdicts import decide_value, text_flags, text_verdict
+from verifier.engine.verdicts import absent, decide_value, gate, opened_level, text_flags, text_verdict, unscored
 
 MODEL_FREE = "model-free"
 MODEL_AWARE = "model-aware"
@@ -292,8 +284,7 @@ class WeightedDecoder:
                         if best is None or full.level_lp < best[1].level_lp:
                             best = (t, full, regions, basis, tev, sub, ev.positions[read].tolist())
                 if best is None:
-                    return per_version[0][0], Attribution(
-                        "undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)"), []
+                    return per_version[0][0], unscored(), []
                 t, full, regions, basis, tev, sub, read_pos = best
                 att = _attribute(full, regions, basis, tev, sub, prof.windows, True, tries, d.alpha,
                                  prof.levels[lv - 1].key_bits)
@@ -399,15 +390,15 @@ def _attribute(full: _Region, regions: list[_Region], basis: np.ndarray, ev: _To
                windows: int, per_value: bool, versions: int, alpha: float, bits: int) -> Attribution:
     """engine/attribution's decision for one text from weighted regions (decide_batch's per-text steps)."""
     log_v = math.log(max(versions, 1))
+    log_alpha = math.log(alpha)
     level_lp = min(0.0, full.level_lp + log_v)
-    if full.tokens == 0:
-        return Attribution("undecodable", 0.0, reason="no scored tokens (text too short or fully repetitive)")
-    gated = level_lp > LOG_SCAN_GATE or windows == 1
-    opened = None if gated and level_lp > math.log(alpha) else opened_level(level_lp, regions, windows, log_v,
-                                                                                 math.log(alpha))
+    verdict = gate(full.tokens, level_lp, log_alpha, windows)
+    if verdict is not None:
+        return verdict
+    opened = opened_level(level_lp, regions, windows, log_v, log_alpha)
     if opened is None:
-        return Attribution("absent", level_lp, reason=not_significant(level_lp, math.log(alpha)))
-    att, source = decide_value(full, regions, windows, per_value, log_v, opened, math.log(alpha), bits)
+        return absent(level_lp, log_alpha)
+    att, source = decide_value(full, regions, windows, per_value, log_v, opened, log_alpha, bits)
     if source is not None:
         row = next(i for i, reg in enumerate([full, *regions]) if reg is source)
         eq = _gamma_equivalent_scores(source, ev, [parts[j] for j in basis[row]], windows)

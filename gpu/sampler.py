@@ -1,8 +1,10 @@
-"""Batched HeRo generation step: hierarchical chunk routing + Gumbel-max (paper Alg. C.1).
+"""The HeRo draw's torch parts: hierarchical chunk routing + Gumbel-max (paper Alg. C.1) and the key tables.
 
 Shapes: logits [B, V] (already temperature/top-k/top-p warped; -inf = excluded), context [B, h],
 payload [B, K, L] level values, key tables k0/k1 [L, C] (C = max 2^b_l), position key scalars.
-Every row is routed independently; rows with watermark=False draw from the plain distribution.
+Every row is routed independently. Which rows are marked, and the fresh draw of the others, is the fused step's
+(gpu/step.py `FusedSampler.step`, the one sampling step of every generation path): `HeroSampler` holds the key
+tables it draws with, `route_and_sample` is its torch backend's marked draw.
 """
 
 from __future__ import annotations
@@ -120,7 +122,8 @@ def route_and_sample(
 
 
 class HeroSampler:
-    """Key tables on the device, ready to draw one watermarked token per row per call."""
+    """A profile's key tables on the device and the seeds they give (position segment, one seed per level): what
+    the fused step (gpu/step.py `FusedSampler`) draws with; it draws nothing itself."""
 
     def __init__(
         self,
@@ -170,33 +173,3 @@ class HeroSampler:
         s0, s1 = _prf_seed(self.pos_k0, self.pos_k1, context)
         u0 = _stream(s0, s1, 1)[:, 0]
         return (u0 * (segments or self.segments)) >> 32
-
-    def sample(
-        self,
-        logits: Tensor,
-        context: Tensor,
-        payload: Tensor,
-        watermark: Tensor | None = None,
-        generator: torch.Generator | None = None,
-    ) -> Tensor:
-        """One token per row [B]; payload [B, K, L]; watermark [B] bool (False: plain sampling). Spec v1-v4 only
-        (spec v5's level depends on the generator's index: gpu/step.py `FusedSampler`)."""
-        if self.multiplexed:
-            raise ValueError("a spec v5 draw needs the generator's index: use gpu.step.FusedSampler")
-        context = context.to(torch.int64)
-        k = self.positions(context)
-        values = payload.to(torch.int64).gather(1, k.view(-1, 1, 1).expand(-1, 1, self.levels)).squeeze(1)
-        seeds = []
-        for level in range(self.levels):
-            seeds.append(self.level_seeds(level, values[:, level], context))
-        tokens = route_and_sample(logits, seeds, self.schedule, self.stride)
-        if watermark is not None and not bool(watermark.all()):
-            plain_rows = (~watermark).nonzero().squeeze(1)  # only those rows: O(V) per row
-            probs = torch.softmax(logits[plain_rows].to(torch.float32), dim=-1)
-            # Exponential race: argmax p_i / E_i with E_i ~ Exp(1) is an exact draw from p, and several
-            # times faster on CPU than torch.multinomial (~2 ms per 49k-token row).
-            race = torch.empty_like(probs).exponential_(generator=generator)
-            plain = (probs / race).argmax(dim=1)
-            tokens = tokens.clone()
-            tokens[plain_rows] = plain
-        return tokens

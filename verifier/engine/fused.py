@@ -20,7 +20,8 @@ __all__ = ["context_tail", "make_fused_sampler", "make_sampler", "new_generator"
 
 
 def make_sampler(profile: Profile, keyset: KeySet, device: str | torch.device = "cpu") -> HeroSampler:
-    """The profile's sampler with every level's key table on `device`."""
+    """The profile's key tables on `device` (every level's), what its fused step draws with
+    (`make_fused_sampler`: the only way a generation path draws)."""
     if keyset.levels != profile.depth:
         raise ValueError(f"generation needs all {profile.depth} levels' keys, got {keyset.levels}")
     return HeroSampler(

@@ -177,7 +177,8 @@ class LocalHero:
         (or None) per text ("is text 3 from model 37?"). Levels 1..max_level, with the operator's grant."""
         from verifier.audit.service import record, text_digest
         from verifier.auth.policy import OPERATOR
-        from verifier.verify.disclosure import audit_events, check_texts
+        from verifier.verify.admission import check_texts
+        from verifier.verify.disclosure import audit_events
         from verifier.verify.runner import DecodeJob
         from verifier.verify.schemas import ResultOut
         from verifier.verify.service import expected_levels

@@ -9,7 +9,8 @@ from verifier.audit.service import Actor
 from verifier.auth.policy import Grant, Policy, Role
 from verifier.base.errors import Forbidden, InvalidInput, TooLarge
 from verifier.engine.profile import resolve_profile
-from verifier.verify.disclosure import DIAGNOSTICS, audit_events, check_texts, outcome, released_digest, shape
+from verifier.verify.admission import check_texts
+from verifier.verify.disclosure import DIAGNOSTICS, audit_events, outcome, released_digest, shape
 
 
 def _level(n: int, **extra) -> dict:

@@ -279,7 +279,7 @@ def create_app(
         route = next((r for r in verify_router.routes if getattr(r, "path", None) == FAST_PATH
                       and "POST" in getattr(r, "methods", ())), None)
         app.add_middleware(VerifyFastPath, ctx=ctx, handlers=app.exception_handlers, route=route)
-    from verifier.verify.disclosure import text_limits  # each path's text limits, said with its body limit (413)
+    from verifier.verify.admission import text_limits  # each path's text limits, said with its body limit (413)
 
     app.add_middleware(
         BodyGuardMiddleware,

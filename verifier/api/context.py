@@ -28,8 +28,8 @@ from verifier.jobs.dispatch import CeleryDispatcher, Dispatcher, InProcessDispat
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
 from verifier.process import build_process
+from verifier.verify.admission import charge_quota, check_lm_tokens, check_texts
 from verifier.verify.batcher import Batcher
-from verifier.verify.disclosure import charge_quota, check_lm_tokens, check_texts
 from verifier.verify.runner import DecodeRunner
 from verifier.verify.service import batch_worker
 

@@ -42,12 +42,11 @@ async def current_principal(
 
 def principal_for(ctx: ServiceContext, claims: Claims) -> Principal:
     """The caller a verified token names, under the server policy (403 for a role it does not know, for none
-    mapped, and for several unless the policy picks the highest)."""
-    name = ctx.policy.resolve(claims.roles)
-    ceiling = ctx.policy.grant(name, ctx.profile)  # 403 for a role the policy does not know
-    role = ctx.policy.roles[name]
+    mapped, and for several unless the policy picks the highest). Its `max_level` is the role's ceiling, not a
+    grant: the level a request decodes is granted once, by `ctx.admit` (`Policy.grant`)."""
+    role = ctx.policy.known(ctx.policy.resolve(claims.roles))  # 403 for a role the policy does not know
     iss = claims.raw.get("iss")
-    return Principal(claims.sub, role.name, claims.jti, ceiling.level, role.actions,
+    return Principal(claims.sub, role.name, claims.jti, role.top(ctx.profile), role.actions,
                      iss if isinstance(iss, str) else "")
 
 

@@ -34,9 +34,13 @@ class Role:
     actions: frozenset[str]
     limits: RoleLimits | None = None  # quotas on texts verified; None = unlimited
 
+    def top(self, profile: Profile) -> int:
+        """The deepest level this role may see under `profile` (a ceiling, not a grant: nothing is decoded on it)."""
+        return profile.depth if self.max_level is None else min(self.max_level, profile.depth)
+
     def grant(self, profile: Profile, requested: int | None = None) -> Grant:
         """Levels 1..requested (default: this role's maximum within the profile); more than that is 403."""
-        top = profile.depth if self.max_level is None else min(self.max_level, profile.depth)
+        top = self.top(profile)
         level = top if requested is None else requested
         if level > top:
             raise Forbidden(f"level {level} not allowed for role {self.name!r} (maximum {top})")
@@ -83,12 +87,16 @@ class Policy:
         raise Forbidden(f"the token maps to several roles ({names}) and the server policy does not choose between "
                         "them (roles.yaml multiple_roles: refuse): use a token with one HeRo role")
 
-    def grant(self, role: str, profile: Profile, requested: int | None = None) -> Grant:
-        """The one level decision for a request or a job (403 for a role the policy does not know)."""
+    def known(self, role: str) -> Role:
+        """The role named `role`, or 403 for one the policy does not know."""
         r = self.roles.get(role)
         if r is None:
             raise Forbidden("role not allowed by server policy")
-        return r.grant(profile, requested)
+        return r
+
+    def grant(self, role: str, profile: Profile, requested: int | None = None) -> Grant:
+        """The one level decision for a request or a job (403 for a role the policy does not know)."""
+        return self.known(role).grant(profile, requested)
 
 
 def _limits(path: Path, name: str, raw: object) -> RoleLimits | None:

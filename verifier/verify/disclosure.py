@@ -1,7 +1,5 @@
 """What a caller may see, and what is recorded about it: one module for /v1/verify and decode jobs alike.
 
-- input checks (`check_texts`, `charge_quota`): text limits and the caller's quotas (the level is granted by
-  `Policy.grant`, verifier.auth.policy);
 - `shape`: a decoder result as released. It copies the decoder's result through (whatever keys the
   engine reports: status, reason, fields, and any it adds later) except the bulky per-bit and
   per-segment diagnostics, and never copies a level above the caller's maximum: role filtering holds
@@ -9,6 +7,9 @@
 - `outcome` and `audit_events`: the audit record written before any result is released; each `verify` event
   binds the result as released (`result_sha256=<hex>` in its detail: see `released_digest`), so its receipt
   proves what was served, not only which text was asked about.
+
+What a request must pass before any of this (bounds, token checks, quota) is verify/admission.py's; the level is
+granted once per request by `Policy.grant` (verifier.auth.policy).
 """
 
 from __future__ import annotations
@@ -20,57 +21,9 @@ from pydantic import TypeAdapter
 
 from verifier.audit.service import Actor, AuditEvent
 from verifier.audit.transparency import RESULT_DIGEST_KEY, result_digest
-from verifier.auth.policy import Policy
-from verifier.auth.principal import Principal
-from verifier.base.errors import InvalidInput, TooLarge
-from verifier.base.ratelimit import RateLimiter
 from verifier.verify.schemas import ResultOut
 
 DIAGNOSTICS = frozenset({"bit_confidence", "segment_tokens", "undecoded_segments"})
-
-
-def charge_quota(limiter: RateLimiter, policy: Policy, principal: Principal, n: int, lm_tokens: int = 0) -> None:
-    """Counts n texts (and the LM tokens model-aware scoring will read) against the caller's quotas: RateLimited
-    (429 + Retry-After) when over."""
-    role = policy.role(principal.role)
-    limiter.charge(principal.role, f"{principal.iss}:{principal.sub}", role.limits if role else None, n, lm_tokens)
-
-
-def check_lm_tokens(lengths: Sequence[int], max_tokens: int, max_request_tokens: int | None) -> int:
-    """The LM tokens model-aware scoring would read (their sum), or TooLarge (413) naming the cap a text or the
-    request passes: checked before any quota is charged and before the LM runs."""
-    for i, n in enumerate(lengths):
-        if n > max_tokens:
-            raise TooLarge(f"text {i} is {n} tokens long; model-aware scoring reads at most {max_tokens} tokens per "
-                           "text (HERO_MODEL_AWARE_MAX_TOKENS)")
-    total = sum(lengths)
-    if max_request_tokens is not None and total > max_request_tokens:
-        raise TooLarge(f"the texts are {total} tokens long in all; model-aware scoring reads at most "
-                       f"{max_request_tokens} tokens per request (HERO_MODEL_AWARE_MAX_REQUEST_TOKENS)")
-    return total
-
-
-def text_limits(max_texts: int, max_chars: int) -> str:
-    """Both text limits in words: every answer about one limit names the others too (one answer, not three)."""
-    return f"at most {max_texts} text{'s' if max_texts != 1 else ''} per request and {max_chars} characters per text"
-
-
-def check_texts(texts: Sequence[str], max_texts: int, max_chars: int) -> None:
-    """The input limits; a message numbers texts from 1, as a person counts them, and names only the limit hit."""
-    if len(texts) > max_texts:
-        raise TooLarge(f"too many texts: {len(texts)} (at most {max_texts} text{'s' if max_texts != 1 else ''} "
-                       "per request)")
-    for i, t in enumerate(texts, start=1):
-        if len(t) > max_chars:
-            raise TooLarge(f"text {i} is too long: {len(t)} characters (at most {max_chars} characters per text)")
-        if not t.strip():
-            raise InvalidInput(f"text {i} is empty")
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInput(f"text {i} is not valid Unicode (lone surrogate)") from None
-
-
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 

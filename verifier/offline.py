@@ -31,15 +31,16 @@ if TYPE_CHECKING:
 Progress = Callable[[str], None]
 
 
-def os_actor(action: str = "cli") -> Actor:
-    """Who local work is audited as: the OS user, role `cli`, a fresh id for this invocation."""
+def os_actor() -> Actor:
+    """Who local work (the offline API and every audited CLI command) is audited as: the OS user, role `cli`, a
+    fresh id `cli-<hex>` for this invocation."""
     from verifier.audit.service import Actor
 
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (containers)
         user = f"uid-{os.getuid()}"
-    return Actor(user, "cli", f"{action}-{uuid.uuid4().hex}")
+    return Actor(user, "cli", f"cli-{uuid.uuid4().hex}")
 
 
 def stderr_progress(message: str) -> None:

@@ -28,12 +28,17 @@ def test_version_exits_0_printing_the_version():
 
 def test_the_version_is_written_once():
     """The distribution's version is verifier.__version__ (setuptools reads it from the source): pyproject.toml
-    holds no second literal that could drift from what `hero --version` prints."""
+    and the product's sources hold no second literal that could drift from what `hero --version` prints."""
     from setuptools.config.pyprojecttoml import read_configuration
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "version" not in project and "version" in project["dynamic"]
     assert read_configuration(ROOT / "pyproject.toml")["project"]["version"] == __version__
+    # nor does any other source of ours (the API's OpenAPI document takes it from verifier.__version__ too)
+    literal = f'"{__version__}"'
+    copies = [str(p.relative_to(ROOT)) for d in ("verifier", "gpu", "workers") for p in (ROOT / d).rglob("*.py")
+              if literal in p.read_text() and p != ROOT / "verifier" / "__init__.py"]
+    assert copies == []
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from verifier import __version__
 from verifier.api.audit import router as audit_router
 from verifier.api.console.apidocs import install_docs
 from verifier.api.console.endpoints import router as console_router
@@ -262,7 +263,7 @@ def create_app(
 
     docs = settings.docs_exposure == "public" and bool(settings.public_docs)  # HERO_PUBLIC_DOCS
     app = FastAPI(
-        title="HeRo Verifier", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
+        title="HeRo Verifier", version=__version__, description=DESCRIPTION, lifespan=lifespan,
         docs_url=None, redoc_url=None, openapi_url="/openapi.json" if docs else None, **_NO_NATIVE_TELEMETRY,
     )
     if docs:

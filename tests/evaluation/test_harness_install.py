@@ -112,3 +112,13 @@ def test_scripts_install_adds_it_and_the_service_image_does_not():
     assert harness_at > main_at  # after the editable hero-verifier it needs
     docker = (ROOT / "Dockerfile").read_text()
     assert "evaluation" not in docker and "hero-eval" not in docker
+
+
+def test_a_command_that_reaches_the_harness_names_it_in_one_line():
+    """`hero bench serve` reads its texts through the harness's corpus: without it, the one line of `hero eval`."""
+    from verifier.cli import missing_extra
+
+    line = missing_extra(ModuleNotFoundError("No module named 'hero_eval.corpus'", name="hero_eval.corpus"), "bench")
+    assert line is not None and line.startswith("`hero bench` needs the evaluation harness"), line
+    assert "pip install -e ./evaluation" in line
+    assert missing_extra(ModuleNotFoundError("No module named 'nope'", name="nope"), "bench") is None

@@ -51,10 +51,13 @@ EXTRAS: dict[str, str] = {
 def missing_extra(exc: ImportError, command: str | None = None) -> str | None:
     """The one-line answer to a missing package of an extra (None: not one of ours, re-raise it)."""
     name = (exc.name or "").split(".")[0]
+    who = f"`hero {command}`" if command else "this command"
+    if name == "hero_eval":  # its own distribution (evaluation/), not an extra: `hero eval`, `hero bench serve`'s texts
+        return (f"{who} needs the evaluation harness, the hero-eval distribution (no module 'hero_eval'): from a "
+                "checkout of this project, pip install -e ./evaluation")
     extra = EXTRAS.get(name)
     if extra is None:
         return None
-    who = f"`hero {command}`" if command else "this command"
     return f"{who} needs the '{extra}' extra (no module {name!r}): pip install 'hero-verifier[{extra}]'"
 
 

@@ -89,3 +89,38 @@ def smollm2():
     from verifier.lm import load_model
 
     return load_model("smollm2")
+
+
+# -- the service: an app wired to the test's database in dev mode (tests.helpers.service) -------------------------
+# Here for every folder that tests the service (api, audit, auth, keys, verify, jobs, registry, base); imported
+# lazily so a test that needs no app never imports FastAPI.
+@pytest.fixture
+def make_service(hero_home):
+    from tests.helpers.service import service_factory
+
+    yield from service_factory(hero_home)
+
+
+@pytest.fixture
+def svc(db_url, make_service):
+    """Service on both backends."""
+    return make_service(db_url)
+
+
+@pytest.fixture
+def lite(sqlite_url, make_service):
+    """Service on SQLite only (for tests independent of the backend)."""
+    return make_service(sqlite_url)
+
+
+@pytest.fixture
+def e2e(pg_reason, tmp_path, make_service):
+    """One service for an end-to-end test: the real PostgreSQL when present (required in CI), else SQLite."""
+    if pg_reason is None or postgres.REQUIRE:
+        gen = postgres.schema_url(pg_reason)
+        svc = make_service(next(gen))
+        yield svc
+        svc.ctx.db.dispose()
+        gen.close()
+    else:
+        yield make_service(f"sqlite:///{tmp_path / 'e2e.db'}")

@@ -85,7 +85,7 @@ def canonical_row(row: AuditEventRow | AppendedEvent) -> bytes:
     encoding, each with the string escaper json's own encoder uses (ensure_ascii). About 4x cheaper per event
     than a dict plus the encoder. A value of any other type than the columns' (str, None where nullable, an int
     idx) goes through `canonical` itself, so the bytes are the same for every row
-    (tests/service/test_audit_fastpaths.py)."""
+    (tests/audit/test_audit_fastpaths.py)."""
     canon = getattr(row, "canon", None)
     if canon is not None:
         return _jcs_row(row) if canon == CANON_JCS else encode_event(row_fields(row))

@@ -58,8 +58,8 @@ class Actor:
     issuer: str = ""
 
 
-# Every action the service records: the one list (the console's audit filter comes from it; tests/service/
-# test_console_api.py checks that every action named where events are made is here).
+# Every action the service records: the one list (the console's audit filter comes from it;
+# tests/api/console/test_console_api.py checks that every action named where events are made is here).
 AUDIT_ACTIONS = ("verify", "verify.refused", "verify.evidence", "decode", "jobs.read", "keys.init", "keys.rotate",
                  "keys.disable", "keys.enable", "keys.destroy", "keys.move_profile", "keys.use_profile", "keys.issue",
                  "keys.bundle", "kek.rotate", "providers.add", "providers.revoke", "generate", "jobs.purge")

@@ -13,8 +13,8 @@ import threading
 
 from sqlalchemy import func, select
 
-from tests.service.test_model_aware_bounds import SlowLM, lms  # noqa: F401  (lms: a fixture)
-from tests.service.test_scoring import HUMAN
+from tests.verify.test_model_aware_bounds import SlowLM, lms  # noqa: F401  (lms: a fixture)
+from tests.verify.test_scoring import HUMAN
 from verifier.audit.models import AuditEventRow
 from verifier.base.workslots import Busy, WorkSlots, auto_slots
 

@@ -9,7 +9,7 @@ import json
 
 from playwright.sync_api import expect
 
-from tests.service.test_console_browser import (  # noqa: F401 (fixtures)
+from tests.api.console.test_console_browser import (  # noqa: F401 (fixtures)
     UNMARKED,
     browser,
     live,

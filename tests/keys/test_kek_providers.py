@@ -19,7 +19,7 @@ from sqlalchemy import select
 from tests.helpers.kms import start_moto, start_openbao, start_softhsm
 from tests.helpers.service import matched_version, secret_forms
 from tests.helpers.workers import job_doc, make_texts
-from tests.service.test_keys import db_dump
+from tests.keys.test_keys import db_dump
 from verifier.jobs import service as jobs
 from verifier.jobs.drain import KEK_RETRY_S, DrainContext, drain
 from verifier.jobs.models import JobItemRow

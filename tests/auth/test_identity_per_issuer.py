@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from pydantic import ValidationError
 
-from tests.service.test_identity import FakeIdPs, _bearer, _jwk, idps  # noqa: F401  (idps: a fixture)
+from tests.auth.test_identity import FakeIdPs, _bearer, _jwk, idps  # noqa: F401  (idps: a fixture)
 from verifier.auth.jwt import AuthError, TokenVerifier, claim_at
 from verifier.base.settings import Settings
 

@@ -1,7 +1,7 @@
 """Model-aware scoring's cost is bounded through the API (security round 4, HIGH-1): LM-token caps per text and per
 request (413 naming the cap, before quota or LM work), quotas in LM tokens, a deadline per decode (503), the
 caller's disconnect and SIGTERM stop the LM within seconds, and /readyz reports a decode stuck past its deadline.
-The LM is a stand-in (tests/service/test_scoring.py's FakeLM, or a slow one): these check the service's contract."""
+The LM is a stand-in (tests/verify/test_scoring.py's FakeLM, or a slow one): these check the service's contract."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tests.helpers.workers import make_texts
-from tests.service.test_scoring import HUMAN, FakeLM
+from tests.verify.test_scoring import HUMAN, FakeLM
 
 
 class SlowLM(FakeLM):
@@ -142,7 +142,7 @@ def test_a_client_disconnect_stops_the_lm(make_service, sqlite_url, lms):
 SERVER = textwrap.dedent("""
     import sys, time, types
     import uvicorn
-    from tests.service.test_model_aware_bounds import SlowLM
+    from tests.verify.test_model_aware_bounds import SlowLM
     from verifier import lm
 
     def load_model(name="smollm2", device="cpu"):

@@ -75,7 +75,7 @@ def test_an_auditor_asks_about_one_user_on_the_default_profile(lite):
 def test_hero_decode_expect_answers_as_the_api_does(lite, monkeypatch, capsys):
     import json
 
-    from tests.service.test_one_runner import _cli_env
+    from tests.verify.test_one_runner import _cli_env
     from verifier.cli import main
 
     lite.init_keys()

@@ -193,7 +193,7 @@ def test_audit_failure_fails_every_caller_of_the_batch(lite, make_service, monke
 
 
 def test_one_callers_bad_input_does_not_fail_the_batch(lite, make_service, monkeypatch):
-    from verifier.verify.decode import TextNotDecodable
+    from verifier.verify.runner import TextNotDecodable
 
     lite.init_keys()
     batched = make_service(lite.settings.db_url, verify_batch_window_ms=50)

@@ -1,2 +1,2 @@
-"""The base layer: settings, database, logs, metrics, rate limits, tracing, cancellation and the process-wide
-work slots. Every other layer may import it; it imports none of them."""
+"""The base layer: settings, database, logs, metrics, rate limits, tracing, cancellation, the process-wide
+work slots and timing statistics. Every other layer may import it; it imports none of them."""

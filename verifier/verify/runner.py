@@ -18,9 +18,11 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
 from verifier.base.cancel import Deadline, running
+from verifier.base.errors import InvalidInput, TooLarge
 from verifier.base.workslots import Busy, WorkSlots, auto_slots
-from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, make_decoder, token_ids
+from verifier.engine.decoder import DEFAULT_ALPHA, DecodeError, Decoder, decode_texts, make_decoder, token_ids
 from verifier.engine.expected import NotOneValue, expected_results
+from verifier.engine.model_aware import TooManyTokens
 from verifier.engine.payload import PayloadError, level_values, value_fields
 from verifier.engine.profile import Profile, ProfileError, resolve_profile
 from verifier.keys.cache import CachedMaterial, MaterialCache
@@ -29,11 +31,37 @@ from verifier.keys.deployment import stored_profiles
 from verifier.keys.errors import KeyStoreError
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
-from verifier.verify.decode import TextNotDecodable, decode_material
 from verifier.verify.disclosure import shape
 from verifier.verify.expect import CORRECTION
 
 log = logging.getLogger("hero.verify")
+
+
+class TextNotDecodable(InvalidInput):
+    """The input cannot be decoded at all (empty text, ids outside the vocabulary): 422."""
+
+
+def decode_material(
+    material: VerificationMaterial, profile: Profile, texts: list[str], alpha: float, tokenizer, device: str = "cpu",
+    decoder: Decoder | None = None, scorer=None,
+) -> list[dict]:
+    """The decode body: the engine given exactly the material fetched for the caller, its results passed
+    through as plain dicts (`DecodeResult.to_dict()`), levels 1..n of the material only;
+    `decoder`: one prepared for this material (verifier.keys.cache), reused across calls; `scorer`: model-aware
+    scoring (HERO_MODEL_AWARE=1, verifier.engine.model_aware.ModelAwareScorer) or None (model-free)."""
+    tables, unavailable, missing = material.tables, material.unavailable, material.missing
+    not_tried = material.not_tried
+    del material  # the tables live only as long as this call needs them
+    try:
+        results = decode_texts(
+            profile, tables, texts, tokenizer, alpha=alpha, unavailable=unavailable, missing=missing,
+            not_tried=not_tried, device=device, decoder=decoder, scorer=scorer,
+        )
+    except TooManyTokens as exc:
+        raise TooLarge(str(exc)) from None
+    except DecodeError as exc:
+        raise TextNotDecodable(str(exc).splitlines()[0] if str(exc) else "text cannot be decoded") from None
+    return [r.to_dict() for r in results]
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ def test_serve_computes_in_calling_threads_only_with_several_workers(tmp_path, m
     one worker keeps the pools."""
     import uvicorn
 
-    from verifier import app, logs
+    from verifier.api import app
+    from verifier.base import logs
     from verifier.cli import serve, serve_workers
 
     for name in (TOKENIZERS_PARALLELISM, OMP_NUM_THREADS):

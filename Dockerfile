@@ -24,6 +24,10 @@ COPY pyproject.toml setup.py README.md ./
 COPY verifier ./verifier
 COPY gpu ./gpu
 COPY workers ./workers
+# the wheel's data files (pyproject.toml data-files): shipped profiles, roles and the schema's migrations
+COPY alembic.ini ./
+COPY migrations ./migrations
+COPY policies ./policies
 RUN $PYTHON -m pip wheel --no-deps --wheel-dir /wheels . \
  && $PYTHON -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/*.whl')[0]).namelist(); sys.exit(0 if any('_hero_kernels' in n for n in names) else 'C kernel missing from the wheel')"
 

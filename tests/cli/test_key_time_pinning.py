@@ -31,18 +31,6 @@ OWN = {"name": "own", "spec_version": 3, "tokenizer": "./tok", "vocab_size": 491
                   {"bits": 3, "encoding": "value", "fields": [{"name": "user", "bits": 12}]}]}
 
 
-@pytest.fixture
-def make_service(hero_home):
-    from tests.helpers.service import service_factory
-
-    yield from service_factory(hero_home)
-
-
-@pytest.fixture
-def lite(sqlite_url, make_service):
-    return make_service(sqlite_url)
-
-
 def _own(tmp_path: Path, monkeypatch) -> Path:
     """profiles/own.yaml naming ./tok (SmolLM2's tokenizer files) beside it; HERO_PROFILES_DIR set."""
     profiles = tmp_path / "profiles"

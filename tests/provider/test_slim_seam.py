@@ -81,6 +81,16 @@ def test_the_base_install_holds_none_of_the_service_packages():
     assert '".[all,dev,gpu]"' in (ROOT / "scripts/install").read_text()
 
 
+def test_the_transformers_extra_is_what_the_adapters_need_and_models_builds_on_it():
+    """A provider with its own model installs `transformers` alone; `models` (GGUF loading) includes it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "transformers" in {_name(r) for r in extras["transformers"]}
+    assert not {_name(r) for r in extras["transformers"]} & (SERVICE_PACKAGES | {"gguf", "accelerate"})
+    assert "hero-verifier[transformers]" in extras["models"]
+    [everything] = extras["all"]
+    assert "models" in everything.split("[")[1].rstrip("]").split(",")
+
+
 MISSING = f"""
 import sys
 

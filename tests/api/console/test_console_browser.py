@@ -13,18 +13,11 @@ from types import SimpleNamespace
 import pytest
 from playwright.sync_api import expect
 
-from tests.helpers.browser import Browser, live_server, require_browser, screenshot
+from tests.helpers.browser import live_server, screenshot
 from tests.helpers.service import make_settings
 from tests.helpers.workers import make_texts
 
 UNMARKED = "An ordinary sentence that nobody watermarked, long enough to be scored by the detector, and more."
-
-
-@pytest.fixture(scope="module")
-def browser() -> Browser:
-    b = Browser(require_browser())
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")

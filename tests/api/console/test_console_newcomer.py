@@ -12,16 +12,9 @@ from types import SimpleNamespace
 import pytest
 from playwright.sync_api import expect
 
-from tests.helpers.browser import Browser, live_server, require_browser
+from tests.helpers.browser import live_server
 from tests.helpers.service import make_settings
 from tests.helpers.workers import make_texts
-
-
-@pytest.fixture(scope="module")
-def browser() -> Browser:
-    b = Browser(require_browser())
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")

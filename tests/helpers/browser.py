@@ -119,3 +119,27 @@ def screenshot(page, name: str) -> None:
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(out) / f"{name}.png"), full_page=True)
+
+
+UNMARKED = "An ordinary sentence that nobody watermarked, long enough to be scored by the detector, and more."
+
+
+def sign_in(page, role: str) -> None:
+    """Signs in through the console's development buttons (dev mode, 127.0.0.1 only)."""
+    page.goto("/console")
+    page.wait_for_selector("body[data-ready='1']")
+    page.get_by_role("button", name=f"Sign in as {role}").click()
+    page.wait_for_selector("#nav:not([hidden])")
+
+
+def as_typed(text: str) -> str:
+    """`text` as a textarea's value holds it: the HTML spec normalises CR LF and CR to LF."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def verify(page, text: str):
+    """Verifies `text` on the Verify page; returns the result panel."""
+    page.get_by_label("Text", exact=True).fill(text)
+    page.get_by_role("button", name="Verify", exact=True).click()
+    page.wait_for_selector("#verify-result [data-testid=verdict]")
+    return page.locator("#verify-result")

@@ -8,54 +8,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
-import pytest
 from playwright.sync_api import expect
 
-from tests.helpers.browser import live_server, screenshot
-from tests.helpers.service import make_settings
-from tests.helpers.workers import make_texts
-
-UNMARKED = "An ordinary sentence that nobody watermarked, long enough to be scored by the detector, and more."
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory, browser):
-    home = tmp_path_factory.mktemp("console-home")
-    settings = make_settings(home, f"sqlite:///{home / 'service.db'}", log_level="WARNING")
-    with live_server(settings) as srv:
-        from verifier.audit.service import Actor
-
-        srv.ctx.store.initialize(srv.ctx.profile, Actor("setup", "cli", "setup"))
-        srv.texts = make_texts(SimpleNamespace(ctx=srv.ctx), 3, steps=200, seed=3)
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def no_outside_requests(browser):
-    browser.blocked.clear()
-    yield
-    assert browser.blocked == [], f"requests to other hosts: {browser.blocked}"
-
-
-def sign_in(page, role: str) -> None:
-    page.goto("/console")
-    page.wait_for_selector("body[data-ready='1']")
-    page.get_by_role("button", name=f"Sign in as {role}").click()
-    page.wait_for_selector("#nav:not([hidden])")
-
-
-def as_typed(text: str) -> str:
-    """`text` as a textarea's value holds it: the HTML spec normalises CR LF and CR to LF."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def verify(page, text: str):
-    page.get_by_label("Text", exact=True).fill(text)
-    page.get_by_role("button", name="Verify", exact=True).click()
-    page.wait_for_selector("#verify-result [data-testid=verdict]")
-    return page.locator("#verify-result")
+from tests.helpers.browser import UNMARKED, as_typed, screenshot, sign_in, verify
 
 
 def test_moderator_verifies_a_text_at_phone_width(browser, live):

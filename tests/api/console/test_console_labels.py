@@ -9,18 +9,11 @@ import json
 
 from playwright.sync_api import expect
 
-from tests.api.console.test_console_browser import (  # noqa: F401 (fixtures)
-    UNMARKED,
-    browser,
-    live,
-    no_outside_requests,
-    sign_in,
-    verify,
-)
+from tests.helpers.browser import UNMARKED, sign_in, verify
 from verifier.audit.service import AUDIT_ACTIONS
 
 
-def test_the_status_line_does_not_follow_to_other_pages_and_the_header_names_levels(browser, live):  # noqa: F811
+def test_the_status_line_does_not_follow_to_other_pages_and_the_header_names_levels(browser, live):
     page = browser.page(live.url)
     sign_in(page, "moderator")
     assert page.locator("#who-text").inner_text() == "console-moderator (moderator, level 1)"
@@ -42,7 +35,7 @@ def test_the_status_line_does_not_follow_to_other_pages_and_the_header_names_lev
         expect(page.locator("#status")).not_to_have_text("Verified.")
 
 
-def test_p_value_words_count_texts(browser, live):  # noqa: F811
+def test_p_value_words_count_texts(browser, live):
     page = browser.page(live.url)
     sign_in(page, "moderator")
     level = {"level": 1, "key_version": "l1-v1", "fields": {"model": 7}, "confidence": 0.99, "p_value": 3.0282e-5,
@@ -55,7 +48,7 @@ def test_p_value_words_count_texts(browser, live):  # noqa: F811
     assert "scores this high about once in 33,023 texts (p = " in words, words
 
 
-def test_audit_filter_offers_every_action_and_the_log_shows_only_real_versions(browser, live):  # noqa: F811
+def test_audit_filter_offers_every_action_and_the_log_shows_only_real_versions(browser, live):
     page = browser.page(live.url)
     sign_in(page, "admin")
     verify(page, UNMARKED)  # names no key version at any level
@@ -83,7 +76,7 @@ def _submit(page, files, separator=""):
     return page.locator("#job-detail article.result")
 
 
-def test_job_results_carry_their_number_and_an_excerpt(browser, live):  # noqa: F811
+def test_job_results_carry_their_number_and_an_excerpt(browser, live):
     page = browser.page(live.url)
     sign_in(page, "auditor")
     texts = [live.texts[0], UNMARKED, live.texts[2]]
@@ -108,7 +101,7 @@ def test_job_results_carry_their_number_and_an_excerpt(browser, live):  # noqa: 
     assert "another browser tab" in first.locator("[data-testid=result-excerpt]").inner_text()
 
 
-def test_a_plain_text_file_is_one_text_unless_a_separator_is_given(browser, live):  # noqa: F811
+def test_a_plain_text_file_is_one_text_unless_a_separator_is_given(browser, live):
     page = browser.page(live.url)
     sign_in(page, "auditor")
     paragraphs = f"{UNMARKED}\n\nA second paragraph of the same text.\n\n\nAnd a third one, after two blank lines.\n"

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from playwright.sync_api import expect
 
-from tests.helpers.browser import live_server
+from tests.helpers.browser import live_server, sign_in
 from tests.helpers.service import make_settings
 from tests.helpers.workers import make_texts
 
@@ -28,13 +28,6 @@ def live(tmp_path_factory, browser):
         srv.ctx.store.initialize(srv.ctx.profile, Actor("setup", "cli", "setup"))
         srv.texts = make_texts(SimpleNamespace(ctx=srv.ctx), 2, steps=120, seed=5)  # model = 0, then 7
         yield srv
-
-
-def sign_in(page, role: str) -> None:
-    page.goto("/console")
-    page.wait_for_selector("body[data-ready='1']")
-    page.get_by_role("button", name=f"Sign in as {role}").click()
-    page.wait_for_selector("#nav:not([hidden])")
 
 
 @pytest.mark.parametrize("role", ["moderator", "auditor"])

@@ -157,6 +157,18 @@ def test_the_migration_job_is_per_image_and_the_pods_wait_for_it(overlay):
             assert init["image"] == pod["containers"][0]["image"]  # waits for its own image's migration head
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_image_names_the_release_it_ships_with(overlay):
+    """The manifests deploy the package's own version (verifier.__version__): a release that bumps the package
+    and forgets a tag would apply the previous image (and its previous migration head) unnoticed."""
+    from verifier import __version__
+
+    for objs in _both(overlay):
+        pods = [o["spec"]["template"]["spec"] for o in objs if o["kind"] in ("Deployment", "Job")]
+        images = {c["image"] for pod in pods for c in [*pod.get("initContainers", []), *pod["containers"]]}
+        assert images and {i.split("@")[0].rsplit(":", 1)[1] for i in images} == {__version__}, images
+
+
 def _copy(tmp_path: Path) -> Path:
     root = tmp_path / "kubernetes"
     shutil.copytree(K8S, root)

@@ -16,7 +16,7 @@ from verifier.api.context import Ctx
 from verifier.api.dependencies import AuditReader, VerifyCaller, current_principal
 from verifier.audit import merkle
 from verifier.audit.schemas import AuditEventOut, AuditEventsOut
-from verifier.audit.service import list_events, verify_chain
+from verifier.audit.service import ChainReport, list_events, verify_chain
 from verifier.auth.principal import Principal
 from verifier.base.errors import InvalidInput, NotFound
 
@@ -24,17 +24,6 @@ from verifier.base.errors import InvalidInput, NotFound
 __all__ = ["AuditEventOut", "AuditEventsOut", "router"]
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], route_class=JsonRoute)
-
-
-class ChainReportOut(BaseModel):
-    valid: bool
-    events: int
-    first_broken_index: int | None
-    reason: str | None
-    head_hash: str | None
-    root_hash: str | None = None
-    checkpoint_size: int | None = None
-    problem: str | None = None
 
 
 class ConsistencyOut(BaseModel):
@@ -83,7 +72,7 @@ def events(
 
 @router.get(
     "/verify",
-    response_model=ChainReportOut,
+    response_model=ChainReport,
     summary="Check the hash chain, the Merkle tree and the newest signed checkpoint; report the first broken index",
 )
 def verify(ctx: Ctx, p: AuditReader) -> dict:

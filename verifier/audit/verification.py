@@ -8,7 +8,7 @@ or re-hashed tail; a checkpoint published earlier (stored here, held by a witnes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from sqlalchemy import select
@@ -35,16 +35,7 @@ class ChainReport:
     problem: Problem | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "valid": self.valid,
-            "events": self.events,
-            "first_broken_index": self.first_broken_index,
-            "reason": self.reason,
-            "head_hash": self.head_hash,
-            "root_hash": self.root_hash,
-            "checkpoint_size": self.checkpoint_size,
-            "problem": self.problem,
-        }
+        return asdict(self)
 
 
 @dataclass

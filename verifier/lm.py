@@ -14,6 +14,7 @@ import contextlib
 import functools
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -226,7 +227,8 @@ def tokenizer_fingerprint(name: str, revision: str | None = None) -> str:
     """SHA-256 (hex) of the token ids a tokenizer defines, over its files as PARSED, never their bytes: RFC 8785
     (JCS) JSON of tokenizer.json's model (type, vocabulary, merges as pairs) and added tokens; without a
     tokenizer.json, of its vocabulary files (JSON ones parsed the same way, merges.txt and vocab.txt by their lines,
-    tokenizer.model byte for byte); a built-in not converted yet: of its vocabulary as loaded. A re-serialised but
+    tokenizer.model byte for byte); a built-in not converted yet: of the tokenizer.json its conversion will write (so
+    `hero profile new` on a fresh machine and a decode after the first conversion agree). A re-serialised but
     identical tokenizer.json (other whitespace, key order or escaping) keeps its fingerprint; the same fingerprint
     means the same ids. Memoised per file (path, size, modification time)."""
     import hashlib
@@ -245,7 +247,11 @@ def tokenizer_fingerprint(name: str, revision: str | None = None) -> str:
             h.update(f"{f}\0{len(data)}\0".encode())
             h.update(data)
         return h.hexdigest()
-    vocab = load_tokenizer(name, revision).get_vocab()
+    tokenizer = load_tokenizer(name, revision)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # a built-in before its conversion: the tokenizer.json the conversion will write
+        return hashlib.sha256(rfc8785.dumps(_token_ids_of(json.loads(backend.to_str())))).hexdigest()
+    vocab = tokenizer.get_vocab()
     return hashlib.sha256(rfc8785.dumps(sorted(([t, i] for t, i in vocab.items()), key=lambda kv: kv[1]))).hexdigest()
 
 

@@ -181,3 +181,24 @@ def test_generation_with_a_model_by_local_directory(tmp_path, monkeypatch, capsy
         (res,) = hero.decode([gen["text"]], max_level=2)
     fields = {k: v for lv in res["levels"] for k, v in (lv.get("fields") or {}).items()}
     assert res["watermarked"] and fields.get("user") == 1234, res
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_profile_made_before_the_models_first_conversion_decodes_after_it(tmp_path, monkeypatch, capsys, hero_home):
+    """On a fresh machine `hero profile new --tokenizer smollm2` can run before the built-in was ever converted
+    (its tokenizer then comes from the GGUF file); the first generation converts it. The fingerprint recorded
+    before must be the one the decode computes after, from the converted tokenizer.json."""
+    from verifier import lm
+    from verifier.engine.profile import resolve_profile
+
+    monkeypatch.setenv("HERO_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setenv("HERO_PROFILES_DIR", str(tmp_path / "profiles"))
+    assert lm.tokenizer_dir("smollm2") is None
+    code, _, err = _cli(capsys, "profile", "new", "mine", "--from", "v4", "--tokenizer", "smollm2")
+    assert code == 0, err
+    lm._convert(lm._spec("smollm2"))  # what the first `hero generate` / load_model does
+    assert lm.tokenizer_dir("smollm2") is not None
+    profile = resolve_profile("mine")
+    lm.TokenizerCache(lm.decode_tokenizer).for_profile(profile)  # TokenizerMismatch on another fingerprint
+    assert profile.tokenizer_fingerprint == lm.tokenizer_fingerprint("smollm2")

@@ -4,6 +4,7 @@
   engine reports: status, reason, fields, and any it adds later) except the bulky per-bit and
   per-segment diagnostics, and never copies a level above the caller's maximum: role filtering holds
   by construction, whatever the decoder was handed;
+- `bonferroni`: an answer's p-values corrected for k tries (profiles tried, values asked), in their released form;
 - `outcome` and `audit_events`: the audit record written before any result is released; each `verify` event
   binds the result as released (`result_sha256=<hex>` in its detail: see `released_digest`), so its receipt
   proves what was served, not only which text was asked about.
@@ -15,6 +16,7 @@ granted once per request by `Policy.grant` (verifier.auth.policy).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 
 from pydantic import TypeAdapter
@@ -48,6 +50,15 @@ def shape(result: dict, level: int) -> dict:
     out = _public(result)
     out["levels"] = [_public(lv) for lv in result["levels"] if lv["level"] <= level]
     return out
+
+
+def bonferroni(entry: dict, k: int) -> None:
+    """Corrects an answer's p-values for `k` tries, in place, each in the form it is released: `p_value` x k
+    (capped at 1) and, where present, `log10_p_value` + log10 k (capped at 0). Never through exp/log, which moves
+    p's last digits: with k = 1 both stay exactly as the engine gave them."""
+    entry["p_value"] = min(1.0, entry["p_value"] * k)
+    if "log10_p_value" in entry:
+        entry["log10_p_value"] = min(0.0, entry["log10_p_value"] + math.log10(k))
 
 
 def outcome(result: dict) -> str:

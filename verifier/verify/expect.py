@@ -37,6 +37,7 @@ from verifier.audit.models import ExpectAskRow
 from verifier.audit.service import Actor, AuditEvent, text_digest
 from verifier.base.db import Database
 from verifier.base.errors import Forbidden, clip
+from verifier.verify.disclosure import bonferroni
 
 CORRECTION = "bonferroni-over-asked"
 KEY_VERSION = "n1"  # text_key's rule; a new rule gets a new prefix (and keeps reading the old keys)
@@ -142,11 +143,8 @@ def correct(results: Sequence[dict], counts: Sequence[Mapping[int, int]], asked:
         for e in r.get("expected") or ():
             lv = e["level"]
             k = ks[lv]
-            # scaled as the runner scales for profiles tried: p x k and log10 p + log10 k, never through exp/log
-            # (a round trip moves the last digits, and the first value asked must read as the local decode does)
-            if k > 1:  # the first value asked keeps the engine's answer exactly
-                e["p_value"] = min(1.0, e["p_value"] * k)
-                e["log10_p_value"] = min(0.0, e["log10_p_value"] + math.log10(k))
+            if k > 1:  # the first value asked keeps the engine's answer exactly (as the local decode reads it)
+                bonferroni(e, k)
                 e["matches"] = e["log10_p_value"] <= math.log10(alpha)
             e["values_asked"] = k
             e["correction"] = CORRECTION

@@ -11,7 +11,6 @@ least privilege holds, and spec or scoring changes are made here once.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,7 @@ from verifier.keys.deployment import stored_profiles
 from verifier.keys.errors import KeyStoreError
 from verifier.keys.service import DbKeyStore
 from verifier.lm import TokenizerCache
-from verifier.verify.disclosure import shape
+from verifier.verify.disclosure import bonferroni, shape
 from verifier.verify.expect import CORRECTION
 
 log = logging.getLogger("hero.verify")
@@ -299,26 +298,13 @@ def _released(column: tuple[dict, ...]) -> dict:
     return min(marked, key=lambda r: r["p_value"]) if marked else column[0]
 
 
-def _scaled(p: float, n: int) -> float:
-    return min(1.0, p * n)
-
-
 def correct(result: dict, n: int) -> None:
     """Bonferroni over `n` profiles tried, in place: every p-value of the result (text, levels, candidates,
     `expected`) times n, capped at 1 (the verdicts were made at alpha / n: the same verdicts on these values)."""
-    shift = math.log10(n)
-    result["p_value"] = _scaled(result["p_value"], n)
-    if "log10_p_value" in result:
-        result["log10_p_value"] = min(0.0, result["log10_p_value"] + shift)
-    for lv in result.get("levels", []):
-        lv["p_value"] = _scaled(lv["p_value"], n)
-        if "log10_p_value" in lv:
-            lv["log10_p_value"] = min(0.0, lv["log10_p_value"] + shift)
-        for c in lv.get("candidates") or []:
-            c["p_value"] = _scaled(c["p_value"], n)
-    for e in result.get("expected") or []:
-        e["p_value"] = _scaled(e["p_value"], n)
-        e["log10_p_value"] = min(0.0, e["log10_p_value"] + shift)
+    levels = result.get("levels", [])
+    for entry in (result, *levels, *(c for lv in levels for c in lv.get("candidates") or []),
+                  *(result.get("expected") or [])):
+        bonferroni(entry, n)
 
 
 def _translate_expect(job: DecodeJob, profile: Profile, level: int) -> tuple[tuple[int, int], ...] | None:

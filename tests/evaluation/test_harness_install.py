@@ -40,6 +40,22 @@ def _name(requirement: str) -> str:
     return re.split(r"[\s\[<>=!~;]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _brought_by(extras: dict[str, list[str]], names: list[str]) -> set[str]:
+    """The packages the extras `names` install, following the package's own `hero-verifier[...]` references."""
+    out: set[str] = set()
+    todo, seen = list(names), set()
+    while todo:
+        if (extra := todo.pop()) in seen:
+            continue
+        seen.add(extra)
+        for r in extras[extra]:
+            if _name(r) == "hero-verifier":
+                todo += r.split("[", 1)[1].split("]", 1)[0].split(",")
+            else:
+                out.add(_name(r))
+    return out
+
+
 def test_hero_eval_without_the_harness_names_what_to_install():
     for argv in (["eval", "--quick"], ["eval"], ["eval", "--help"], ["eval", "--sections", "chat", "--out", "x"]):
         r = _hero(*argv, refuse=True)
@@ -99,9 +115,7 @@ def test_the_harness_declares_what_it_imports_and_the_no_deps_install_provides_i
     # scripts/install puts it in with --no-deps after `.[all,...]`: every other dependency must come from there
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    provided = {_name(r) for r in project["dependencies"] + extras["eval"] + extras["models"]}
-    if "hero-verifier[transformers]" in extras["models"]:  # models builds on the transformers extra
-        provided |= {_name(r) for r in extras["transformers"]}
+    provided = {_name(r) for r in project["dependencies"]} | _brought_by(extras, ["eval", "models"])
     [everything] = extras["all"]
     assert {"eval", "models"} <= set(everything.split("[")[1].rstrip("]").split(","))
     assert harness - {"hero-verifier"} <= provided, sorted(harness - {"hero-verifier"} - provided)
